@@ -1,0 +1,178 @@
+#include "codegen/autodiff.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "codegen/builders.h"
+#include "codegen/grad_mode.h"
+#include "runtime/errors.h"
+
+namespace tessel::autodiff {
+namespace {
+
+using ir::NodePtr;
+using ir::Op;
+
+NodePtr scalar(double v, DType dt) { return ir::constant(ir::ScalarValue::of(v), dt); }
+NodePtr bin(Op op, NodePtr a, NodePtr b) { return ir::binary(op, std::move(a), std::move(b)); }
+NodePtr zeros_like(const NodePtr& x) { return ir::constant(ir::ScalarValue::of(0), x->dtype, x->shape); }
+
+// Sums `g` (shaped like the Expand output) back to the Expand input's shape.
+NodePtr unexpand(NodePtr g, const Shape& in) {
+  const Shape& out = g->shape;
+  size_t lead = out.dims.size() - in.dims.size();
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < out.dims.size(); ++i)
+    if (i < lead || (in.dims[i - lead] == 1 && out.dims[i] != 1)) axes.push_back(static_cast<int64_t>(i));
+  if (axes.empty()) return ir::reshape(std::move(g), in.dims);
+  return ir::reshape(ir::reduce(Op::Sum, std::move(g), axes, true), in.dims);
+}
+
+// The reduced output broadcast back over the reduced axes of `x`.
+NodePtr unreduce(const NodePtr& v, const ir::Node& red) {
+  const Shape& xs = red.args[0]->shape;
+  std::vector<int64_t> kept = xs.dims;
+  for (int64_t a : red.axes) kept[static_cast<size_t>(a)] = 1;
+  return ir::expand(ir::reshape(v, kept), xs);
+}
+
+NodePtr sign(const NodePtr& x) {
+  return bin(Op::Sub, ir::cast(bin(Op::Gt, x, scalar(0, x->dtype)), x->dtype),
+             ir::cast(bin(Op::Lt, x, scalar(0, x->dtype)), x->dtype));
+}
+
+NodePtr last_two_transposed(const NodePtr& x) {
+  int64_t r = x->shape.rank();
+  return ir::transpose(x, r - 2, r - 1);
+}
+
+// d(out)/d(args[i]) * g for node `n` (whose value is `self`).
+std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
+  const ir::Node& n = *self;
+  const auto& a = n.args;
+  DType dt = n.dtype;
+  auto one = [&] { return scalar(1, dt); };
+  switch (n.op) {
+    case Op::Neg: return {ir::unary(Op::Neg, g)};
+    case Op::Abs: return {bin(Op::Mul, g, sign(a[0]))};
+    case Op::Exp: return {bin(Op::Mul, g, self)};
+    case Op::Log: return {bin(Op::Div, g, a[0])};
+    case Op::Sqrt: return {bin(Op::Div, g, bin(Op::Mul, scalar(2, dt), self))};
+    case Op::Tanh: return {bin(Op::Mul, g, bin(Op::Sub, one(), bin(Op::Mul, self, self)))};
+    case Op::Sigmoid: return {bin(Op::Mul, g, bin(Op::Mul, self, bin(Op::Sub, one(), self)))};
+    case Op::Relu: return {ir::where(bin(Op::Gt, a[0], scalar(0, dt)), g, zeros_like(g))};
+    case Op::Cast: return {ir::cast(g, a[0]->dtype)};
+    case Op::Add: return {g, g};
+    case Op::Sub: return {g, ir::unary(Op::Neg, g)};
+    case Op::Mul: return {bin(Op::Mul, g, a[1]), bin(Op::Mul, g, a[0])};
+    case Op::Div:
+      return {bin(Op::Div, g, a[1]), ir::unary(Op::Neg, bin(Op::Div, bin(Op::Mul, g, self), a[1]))};
+    case Op::Pow: {
+      NodePtr da = bin(Op::Mul, g, bin(Op::Mul, a[1], bin(Op::Pow, a[0], bin(Op::Sub, a[1], one()))));
+      NodePtr db = a[1]->requires_grad ? bin(Op::Mul, g, bin(Op::Mul, self, ir::unary(Op::Log, a[0]))) : nullptr;
+      return {da, db};
+    }
+    case Op::Maximum:
+    case Op::Minimum: {
+      // Ties split the gradient evenly, as PyTorch does.
+      Op wins = n.op == Op::Maximum ? Op::Gt : Op::Lt;
+      NodePtr half = bin(Op::Mul, ir::cast(bin(Op::Eq, a[0], a[1]), dt), scalar(0.5, dt));
+      NodePtr wa = bin(Op::Add, ir::cast(bin(wins, a[0], a[1]), dt), half);
+      NodePtr wb = bin(Op::Add, ir::cast(bin(wins, a[1], a[0]), dt), half);
+      return {bin(Op::Mul, g, wa), bin(Op::Mul, g, wb)};
+    }
+    case Op::Where:
+      return {nullptr, ir::where(a[0], g, zeros_like(g)), ir::where(a[0], zeros_like(g), g)};
+    case Op::Sum: return {unreduce(g, n)};
+    case Op::Mean: {
+      int64_t count = 1;
+      for (int64_t ax : n.axes) count *= a[0]->shape[ax];
+      return {bin(Op::Div, unreduce(g, n), scalar(static_cast<double>(count), dt))};
+    }
+    case Op::Max:
+    case Op::Min: {
+      NodePtr mask = ir::cast(bin(Op::Eq, a[0], unreduce(self, n)), dt);
+      NodePtr count = ir::reduce(Op::Sum, mask, n.axes, true);
+      return {bin(Op::Mul, unreduce(g, n), bin(Op::Div, mask, ir::expand(count, a[0]->shape)))};
+    }
+    case Op::Reshape: return {ir::reshape(g, a[0]->shape.dims)};
+    case Op::Permute: {
+      std::vector<int64_t> inv(n.axes.size());
+      for (size_t i = 0; i < n.axes.size(); ++i) inv[static_cast<size_t>(n.axes[i])] = static_cast<int64_t>(i);
+      return {ir::permute(g, inv)};
+    }
+    case Op::Expand: return {unexpand(g, a[0]->shape)};
+    case Op::MatMul:
+      return {ir::matmul(g, last_two_transposed(a[1])), ir::matmul(last_two_transposed(a[0]), g)};
+    case Op::Slice:
+      throw ValueError("backward through indexing/slicing is not supported yet; slice a detached tensor instead");
+    default: break;
+  }
+  return std::vector<NodePtr>(a.size(), nullptr);  // comparisons, argmax, constants: no gradient
+}
+
+}  // namespace
+
+std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed) {
+  TESSEL_ASSERT("autodiff", seed->shape == root->shape);
+  // Post-order over the nodes gradients flow through; reversed it visits each
+  // node after every node that consumes it.
+  std::vector<NodePtr> order;
+  std::unordered_set<ir::Node*> seen;
+  std::vector<std::pair<NodePtr, size_t>> stack{{root, 0}};
+  seen.insert(root.get());
+  while (!stack.empty()) {
+    auto& [n, next] = stack.back();
+    if (next < n->args.size()) {
+      const NodePtr& a = n->args[next++];
+      if (a->requires_grad && seen.insert(a.get()).second) stack.push_back({a, 0});
+      continue;
+    }
+    order.push_back(n);
+    stack.pop_back();
+  }
+  std::unordered_map<ir::Node*, NodePtr> grad;
+  grad[root.get()] = ir::cast(seed, root->dtype);
+  std::vector<LeafGrad> out;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const NodePtr& n = *it;
+    auto found = grad.find(n.get());
+    if (found == grad.end()) continue;
+    NodePtr g = found->second;
+    if (!n->owner.expired()) out.push_back({n.get(), g});
+    if (n->args.empty()) continue;
+    std::vector<NodePtr> parts = derivative(n, g);
+    for (size_t i = 0; i < n->args.size(); ++i) {
+      const NodePtr& a = n->args[i];
+      if (!a->requires_grad || !parts[i]) continue;
+      TESSEL_ASSERT("autodiff", parts[i]->shape == a->shape);
+      NodePtr p = ir::cast(parts[i], a->dtype);
+      auto [slot, fresh] = grad.try_emplace(a.get(), p);
+      if (!fresh) slot->second = bin(Op::Add, slot->second, p);
+    }
+  }
+  return out;
+}
+
+std::string grad_fn_name(const ir::Node& n) {
+  bool all_axes = static_cast<int64_t>(n.axes.size()) == (n.args.empty() ? 0 : n.args[0]->shape.rank());
+  switch (n.op) {
+    case Op::Sum: return all_axes && !n.keepdim ? "SumBackward0" : "SumBackward1";
+    case Op::Mean: return all_axes && !n.keepdim ? "MeanBackward0" : "MeanBackward1";
+    case Op::Max: return all_axes && !n.keepdim ? "MaxBackward1" : "MaxBackward0";
+    case Op::Min: return all_axes && !n.keepdim ? "MinBackward1" : "MinBackward0";
+    case Op::Reshape: return "ViewBackward0";
+    case Op::Permute: return n.shape.rank() == 2 ? "TBackward0" : "PermuteBackward0";
+    case Op::Cast: return "ToCopyBackward0";
+    case Op::MatMul: return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
+    case Op::Pow: return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
+    default: break;
+  }
+  std::string name(ir::op_name(n.op));
+  name[0] = static_cast<char>(std::toupper(name[0]));
+  return name + "Backward0";
+}
+
+}  // namespace tessel::autodiff

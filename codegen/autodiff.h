@@ -1,0 +1,26 @@
+// Reverse-mode differentiation on the IR. The gradient of each node is built
+// as more IR from its op's derivative rule, so backward graphs go through the
+// same realization (and fusion) as forward ones.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/ir.h"
+
+namespace tessel::autodiff {
+
+struct LeafGrad {
+  ir::Node* leaf;       // a node with a live `owner` (a leaf tensor, or one that retains its grad)
+  ir::NodePtr grad;     // d(root)/d(leaf), same shape and dtype as the leaf
+};
+
+/// Gradients of `root` (seeded with `seed`, root's shape) for every node below
+/// it that has an owner. A node reached along several paths (a tied
+/// parameter) gets the sum of their contributions.
+std::vector<LeafGrad> gradients(const ir::NodePtr& root, const ir::NodePtr& seed);
+
+/// PyTorch's name for the backward of `n`: "SumBackward0", "MmBackward0", ...
+std::string grad_fn_name(const ir::Node& n);
+
+}  // namespace tessel::autodiff

@@ -1,0 +1,41 @@
+// A backend realizes IR: given roots, it computes each one's value and sets
+// its buffer. The ref interpreter is always there; compiled backends register
+// themselves and are chosen by TESSEL_BACKEND (ref | cpu | cuda) or by default.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "codegen/ir.h"
+
+namespace tessel {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  /// Computes every root (and, when `keep_grad_values`, caches the values of
+  /// nodes that carry gradients, which backward reads) and sets their buffers.
+  virtual void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) = 0;
+};
+
+/// The plain interpreter: the oracle every compiled result is tested against.
+Backend& ref_backend();
+
+/// The backend for CPU tensors: TESSEL_BACKEND, else the best one built.
+Backend& cpu_backend();
+/// Installs the compiled CPU backend (called by the JIT at start-up).
+void register_cpu_backend(Backend* b);
+/// Makes `b` the CPU backend for this thread's scope (tests compare backends).
+struct BackendOverride {
+  explicit BackendOverride(Backend& b);
+  ~BackendOverride();
+  BackendOverride(const BackendOverride&) = delete;
+  BackendOverride& operator=(const BackendOverride&) = delete;
+
+ private:
+  Backend* prev_;
+};
+
+}  // namespace tessel

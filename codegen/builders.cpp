@@ -1,0 +1,315 @@
+#include "codegen/builders.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "codegen/grad_mode.h"
+#include "runtime/errors.h"
+
+namespace tessel::ir {
+namespace {
+
+NodePtr make(Op op, DType dt, Shape shape, std::vector<NodePtr> args) {
+  auto n = std::make_shared<Node>();
+  n->op = op;
+  n->dtype = dt;
+  n->shape = std::move(shape);
+  bool rg = false;
+  for (auto& a : args) rg = rg || a->requires_grad;
+  n->requires_grad = rg && grad_enabled();
+  n->args = std::move(args);
+  return n;
+}
+
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+// Unary ops that only make sense on floating values: integers are cast first,
+// as torch.exp(int_tensor) returns float.
+bool needs_float(Op op) {
+  return op == Op::Exp || op == Op::Log || op == Op::Sqrt || op == Op::Tanh || op == Op::Sigmoid;
+}
+
+}  // namespace
+
+Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
+  size_t r = std::max(a.dims.size(), b.dims.size());
+  std::vector<int64_t> out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.dims.size() ? 1 : a.dims[i - (r - a.dims.size())];
+    int64_t db = i < r - b.dims.size() ? 1 : b.dims[i - (r - b.dims.size())];
+    if (da != db && da != 1 && db != 1)
+      throw ShapeError(fmt::format(
+          "{}: shapes {} and {} do not broadcast: dimension {} is {} vs {} (sizes must match or one must be 1)",
+          op, a.str(), b.str(), i, da, db));
+    out[i] = da == 1 ? db : da;
+  }
+  return Shape(std::move(out));
+}
+
+int64_t normalize_axis(std::string_view op, int64_t d, int64_t rank, const Shape& shape) {
+  int64_t lo = rank == 0 ? -1 : -rank, hi = rank == 0 ? 0 : rank - 1;
+  if (d < lo || d > hi)
+    throw IndexError(fmt::format("{}: dim {} is out of range for a tensor of shape {} (valid dims are {}..{})", op, d,
+                                 shape.str(), lo, hi));
+  return d < 0 ? d + std::max<int64_t>(rank, 1) : d;
+}
+
+NodePtr input(BufferView view, DType dtype, Shape shape, bool requires_grad, std::weak_ptr<void> owner) {
+  auto n = std::make_shared<Node>();
+  n->op = Op::Input;
+  n->dtype = dtype;
+  n->shape = std::move(shape);
+  n->buffer = std::move(view);
+  n->requires_grad = requires_grad;
+  n->owner = std::move(owner);
+  return n;
+}
+
+NodePtr constant(ScalarValue v, DType dtype, Shape shape) {
+  auto n = make(Op::Constant, dtype, std::move(shape), {});
+  if (is_integral(dtype) || dtype == DType::b8) {
+    int64_t iv = v.is_int ? v.i : static_cast<int64_t>(v.f);
+    if (dtype == DType::b8) iv = iv != 0 || (!v.is_int && v.f != 0);
+    v = ScalarValue::of_int(iv);
+  } else if (v.is_int) {
+    v = ScalarValue::of(static_cast<double>(v.i));
+  }
+  n->value = v;
+  return n;
+}
+
+NodePtr cast(NodePtr x, DType to) {
+  if (x->dtype == to) return x;
+  return make(Op::Cast, to, x->shape, {std::move(x)});
+}
+
+NodePtr unary(Op op, NodePtr x) {
+  TESSEL_ASSERT("builders", op_category(op) == Category::Unary && op != Op::Cast);
+  if (op == Op::Not) return make(op, DType::b8, x->shape, {cast(std::move(x), DType::b8)});
+  if (x->dtype == DType::b8 && (op == Op::Neg))
+    throw DTypeError("neg: negation of a bool tensor is not supported; use logical_not (operator!) instead");
+  if (is_half(x->dtype)) {
+    DType h = x->dtype;
+    return cast(unary(op, cast(std::move(x), DType::f32)), h);
+  }
+  if (needs_float(op) && !is_floating(x->dtype)) x = cast(std::move(x), DType::f32);
+  DType dt = x->dtype;
+  Shape s = x->shape;
+  return make(op, dt, std::move(s), {std::move(x)});
+}
+
+NodePtr expand(NodePtr x, Shape s) {
+  if (x->shape == s) return x;
+  const auto& in = x->shape.dims;
+  if (in.size() > s.dims.size())
+    throw ShapeError(fmt::format("expand: cannot expand shape {} to {} of lower rank", x->shape.str(), s.str()));
+  size_t lead = s.dims.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] != 1 && in[i] != s.dims[lead + i])
+      throw ShapeError(fmt::format("expand: cannot expand shape {} to {}: dimension {} is {} (only size-1 dims expand)",
+                                   x->shape.str(), s.str(), i, in[i]));
+  DType dt = x->dtype;
+  return make(Op::Expand, dt, std::move(s), {std::move(x)});
+}
+
+NodePtr binary(Op op, NodePtr a, NodePtr b) {
+  Category cat = op_category(op);
+  TESSEL_ASSERT("builders", cat == Category::Binary || cat == Category::Compare);
+  std::string_view name = op_name(op);
+  Shape out = broadcast_shapes(name, a->shape, b->shape);
+  DType common = promote(a->dtype, b->dtype);
+  if (op == Op::And || op == Op::Or) common = DType::b8;
+  if (op == Op::Div && !is_floating(common)) common = DType::f32;  // true division
+  if (op == Op::Sub && common == DType::b8)
+    throw DTypeError("sub: subtraction of two bool tensors is not supported; use logical_xor semantics via != instead");
+  DType compute = compute_dtype(common);
+  a = expand(cast(std::move(a), compute), out);
+  b = expand(cast(std::move(b), compute), out);
+  if (cat == Category::Compare) return make(op, DType::b8, std::move(out), {std::move(a), std::move(b)});
+  NodePtr r = make(op, compute, std::move(out), {std::move(a), std::move(b)});
+  return cast(std::move(r), common);
+}
+
+NodePtr where(NodePtr cond, NodePtr a, NodePtr b) {
+  Shape out = broadcast_shapes("where", broadcast_shapes("where", cond->shape, a->shape), b->shape);
+  DType common = promote(a->dtype, b->dtype);
+  DType compute = compute_dtype(common);
+  cond = expand(cast(std::move(cond), DType::b8), out);
+  a = expand(cast(std::move(a), compute), out);
+  b = expand(cast(std::move(b), compute), out);
+  NodePtr r = make(Op::Where, compute, std::move(out), {std::move(cond), std::move(a), std::move(b)});
+  return cast(std::move(r), common);
+}
+
+NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
+  TESSEL_ASSERT("builders", op_category(op) == Category::Reduce);
+  std::string_view name = op_name(op);
+  int64_t rank = x->shape.rank();
+  if (op == Op::ArgMax && axes.empty() && rank != 1) {
+    // torch.argmax without dim: the index into the flattened tensor.
+    NodePtr flat = reshape(std::move(x), {-1});
+    NodePtr r = reduce(op, std::move(flat), {0}, false);
+    if (keepdim) return reshape(std::move(r), std::vector<int64_t>(static_cast<size_t>(rank), 1));
+    return r;
+  }
+  if (axes.empty()) {
+    axes.resize(static_cast<size_t>(rank));
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  for (auto& d : axes) d = normalize_axis(name, d, rank, x->shape);
+  if (rank == 0) axes.clear();
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    throw IndexError(fmt::format("{}: dim {} appears more than once in dims [{}]", name,
+                                 *std::adjacent_find(axes.begin(), axes.end()), fmt::join(axes, ", ")));
+  if (op == Op::ArgMax && axes.size() > 1)
+    throw ValueError(fmt::format("argmax: reduces over one dim, got dims [{}]", fmt::join(axes, ", ")));
+  int64_t count = 1;
+  for (int64_t d : axes) count *= x->shape[d];
+  if ((op == Op::Max || op == Op::Min || op == Op::ArgMax) && count == 0)
+    throw ValueError(fmt::format("{}: cannot reduce over an empty dimension (shape {}); there is no identity for {}",
+                                 name, x->shape.str(), name));
+  if (op == Op::Mean && !is_floating(x->dtype))
+    throw DTypeError(fmt::format(
+        "mean: input dtype is {}, but mean needs a floating dtype; cast first, e.g. x.to(DType::f32).mean()",
+        dtype_name(x->dtype)));
+  DType result = x->dtype;
+  if (op == Op::Sum && !is_floating(x->dtype)) result = DType::i64;
+  if (op == Op::ArgMax) result = DType::i64;
+  if (is_half(x->dtype) && op != Op::ArgMax) {
+    DType h = x->dtype;
+    return cast(reduce(op, cast(std::move(x), DType::f32), std::move(axes), keepdim), h);
+  }
+  if (op == Op::Sum && result != x->dtype) x = cast(std::move(x), result);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < rank; ++i) {
+    bool red = std::binary_search(axes.begin(), axes.end(), i);
+    if (!red) out.push_back(x->shape[i]);
+    else if (keepdim) out.push_back(1);
+  }
+  NodePtr n = make(op, result, Shape(std::move(out)), {std::move(x)});
+  n->axes = std::move(axes);
+  n->keepdim = keepdim;
+  if (op == Op::ArgMax) n->requires_grad = false;
+  return n;
+}
+
+NodePtr reshape(NodePtr x, std::vector<int64_t> s) {
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      if (infer >= 0) throw ShapeError(fmt::format("reshape: only one dimension can be -1, got [{}]", fmt::join(s, ", ")));
+      infer = static_cast<int64_t>(i);
+    } else if (s[i] < 0) {
+      throw ShapeError(fmt::format("reshape: invalid size {} in [{}]", s[i], fmt::join(s, ", ")));
+    } else {
+      known *= s[i];
+    }
+  }
+  int64_t n = x->numel();
+  if (infer >= 0) {
+    if (known == 0 || n % known != 0)
+      throw ShapeError(fmt::format("reshape: cannot view shape {} ({} elements) as [{}]", x->shape.str(), n,
+                                   fmt::join(s, ", ")));
+    s[static_cast<size_t>(infer)] = n / known;
+  } else if (known != n) {
+    throw ShapeError(fmt::format("reshape: cannot view shape {} ({} elements) as [{}] ({} elements)", x->shape.str(),
+                                 n, fmt::join(s, ", "), known));
+  }
+  Shape out(std::move(s));
+  if (out == x->shape) return x;
+  DType dt = x->dtype;
+  return make(Op::Reshape, dt, std::move(out), {std::move(x)});
+}
+
+NodePtr permute(NodePtr x, std::vector<int64_t> order) {
+  int64_t rank = x->shape.rank();
+  if (static_cast<int64_t>(order.size()) != rank)
+    throw ShapeError(fmt::format("permute: order [{}] has {} dims but the tensor {} has {}", fmt::join(order, ", "),
+                                 order.size(), x->shape.str(), rank));
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  std::vector<int64_t> out;
+  for (auto& d : order) {
+    d = normalize_axis("permute", d, rank, x->shape);
+    if (seen[static_cast<size_t>(d)]) throw IndexError(fmt::format("permute: dim {} repeated in the order", d));
+    seen[static_cast<size_t>(d)] = true;
+    out.push_back(x->shape[d]);
+  }
+  bool identity = true;
+  for (int64_t i = 0; i < rank; ++i) identity = identity && order[static_cast<size_t>(i)] == i;
+  if (identity) return x;
+  DType dt = x->dtype;
+  NodePtr n = make(Op::Permute, dt, Shape(std::move(out)), {std::move(x)});
+  n->axes = std::move(order);
+  return n;
+}
+
+NodePtr transpose(NodePtr x, int64_t d0, int64_t d1) {
+  int64_t rank = x->shape.rank();
+  d0 = normalize_axis("transpose", d0, rank, x->shape);
+  d1 = normalize_axis("transpose", d1, rank, x->shape);
+  std::vector<int64_t> order(static_cast<size_t>(rank));
+  std::iota(order.begin(), order.end(), 0);
+  std::swap(order[static_cast<size_t>(d0)], order[static_cast<size_t>(d1)]);
+  return permute(std::move(x), std::move(order));
+}
+
+NodePtr slice(NodePtr x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape out) {
+  TESSEL_ASSERT("builders", starts.size() == steps.size() && static_cast<int64_t>(starts.size()) == x->shape.rank());
+  std::vector<int64_t> attr;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    attr.push_back(starts[i]);
+    attr.push_back(steps[i]);
+  }
+  DType dt = x->dtype;
+  NodePtr n = make(Op::Slice, dt, std::move(out), {std::move(x)});
+  n->axes = std::move(attr);
+  return n;
+}
+
+NodePtr matmul(NodePtr a, NodePtr b) {
+  const Shape sa = a->shape, sb = b->shape;
+  if (sa.rank() == 0 || sb.rank() == 0)
+    throw ShapeError(fmt::format("matmul: both operands need at least 1 dimension, got shapes {} and {}", sa.str(),
+                                 sb.str()));
+  if (a->dtype != b->dtype)
+    throw DTypeError(fmt::format("matmul: operands have dtypes {} and {}; cast one so they match, e.g. b.to(DType::{})",
+                                 dtype_name(a->dtype), dtype_name(b->dtype), dtype_name(a->dtype)));
+  if (a->dtype == DType::b8) throw DTypeError("matmul: bool tensors cannot be multiplied; cast to a number type first");
+  bool squeeze_rows = sa.rank() == 1, squeeze_cols = sb.rank() == 1;
+  if (squeeze_rows) a = reshape(a, {1, sa[0]});
+  if (squeeze_cols) b = reshape(b, {sb[0], 1});
+  const Shape& ma = a->shape;
+  const Shape& mb = b->shape;
+  int64_t k = ma[ma.rank() - 1], k2 = mb[mb.rank() - 2];
+  if (k != k2)
+    throw ShapeError(fmt::format("matmul: shapes {} and {} cannot be multiplied: inner dimensions {} and {} differ",
+                                 sa.str(), sb.str(), k, k2));
+  Shape ba(std::vector<int64_t>(ma.dims.begin(), ma.dims.end() - 2));
+  Shape bb(std::vector<int64_t>(mb.dims.begin(), mb.dims.end() - 2));
+  Shape batch = broadcast_shapes("matmul", ba, bb);
+  auto with = [&](const Shape& bt, int64_t r, int64_t c) {
+    Shape s = bt;
+    s.dims.push_back(r);
+    s.dims.push_back(c);
+    return s;
+  };
+  int64_t n = ma[ma.rank() - 2], m = mb[mb.rank() - 1];
+  if (is_half(a->dtype)) {
+    DType h = a->dtype;
+    return cast(matmul(cast(a, DType::f32), cast(b, DType::f32)), h);
+  }
+  a = expand(std::move(a), with(batch, n, k));
+  b = expand(std::move(b), with(batch, k, m));
+  DType dt = a->dtype;
+  NodePtr r = make(Op::MatMul, dt, with(batch, n, m), {std::move(a), std::move(b)});
+  std::vector<int64_t> out = batch.dims;
+  if (!squeeze_rows) out.push_back(n);
+  if (!squeeze_cols) out.push_back(m);
+  return reshape(std::move(r), std::move(out));
+}
+
+}  // namespace tessel::ir

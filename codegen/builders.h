@@ -1,0 +1,43 @@
+// Builders: the only way nodes are made. Each one checks its operands (shape
+// and dtype errors name the op and both operands), inserts the explicit
+// broadcasts and casts that ir.h's invariants promise, infers the result
+// shape and dtype, and records whether gradients flow.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "codegen/ir.h"
+
+namespace tessel::ir {
+
+/// A leaf over realized memory. `owner` is the tensor that collects its gradient.
+NodePtr input(BufferView view, DType dtype, Shape shape, bool requires_grad = false,
+              std::weak_ptr<void> owner = {});
+/// `v` splatted over `shape`.
+NodePtr constant(ScalarValue v, DType dtype, Shape shape = {});
+
+NodePtr unary(Op op, NodePtr x);
+NodePtr cast(NodePtr x, DType to);
+/// Broadcasting (NumPy rules) and type promotion happen here.
+NodePtr binary(Op op, NodePtr a, NodePtr b);
+NodePtr where(NodePtr cond, NodePtr a, NodePtr b);
+/// `axes` empty reduces over every axis. Negative axes count from the end.
+NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim);
+/// One -1 in `s` is inferred from the element count.
+NodePtr reshape(NodePtr x, std::vector<int64_t> s);
+NodePtr permute(NodePtr x, std::vector<int64_t> order);
+NodePtr transpose(NodePtr x, int64_t d0, int64_t d1);
+/// Broadcast to `s` (may add leading axes), as torch.expand.
+NodePtr expand(NodePtr x, Shape s);
+/// Window [start, start + step * size) per axis.
+NodePtr slice(NodePtr x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape out);
+/// torch.matmul semantics: 1-D operands, 2-D, batched with broadcast batch dims.
+NodePtr matmul(NodePtr a, NodePtr b);
+
+/// The broadcast of two shapes; ShapeError naming `op` and both shapes if they do not broadcast.
+Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b);
+/// `d` in [-rank, rank) made non-negative; IndexError naming `op` otherwise.
+int64_t normalize_axis(std::string_view op, int64_t d, int64_t rank, const Shape& shape);
+
+}  // namespace tessel::ir

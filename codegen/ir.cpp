@@ -1,0 +1,114 @@
+#include "codegen/ir.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <xxhash.h>
+
+#include <cctype>
+#include <unordered_map>
+
+#include "codegen/grad_mode.h"
+
+namespace tessel {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+bool grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool on) { g_grad_enabled = on; }
+
+namespace ir {
+
+std::string_view op_name(Op op) {
+  static const std::string names[] = {
+#define TESSEL_X(name, cat, doc) [] { std::string s = #name; s[0] = static_cast<char>(std::tolower(s[0])); return s; }(),
+      TESSEL_IR_NODE_KINDS(TESSEL_X)
+#undef TESSEL_X
+  };
+  return names[static_cast<size_t>(op)];
+}
+
+Category op_category(Op op) {
+  static constexpr Category cats[] = {
+#define TESSEL_X(name, cat, doc) Category::cat,
+      TESSEL_IR_NODE_KINDS(TESSEL_X)
+#undef TESSEL_X
+  };
+  return cats[static_cast<size_t>(op)];
+}
+
+std::vector<Node*> topo_order(const std::vector<NodePtr>& roots) {
+  std::vector<Node*> order;
+  std::unordered_map<Node*, bool> seen;
+  // Iterative DFS: trees grown in loops (X /= 2 a hundred times) are deep.
+  std::vector<std::pair<Node*, size_t>> stack;
+  for (const auto& r : roots) {
+    if (seen.count(r.get())) continue;
+    stack.push_back({r.get(), 0});
+    seen[r.get()] = true;
+    while (!stack.empty()) {
+      auto& [n, next] = stack.back();
+      if (!n->realized() && next < n->args.size()) {
+        Node* a = n->args[next++].get();
+        if (!seen.count(a)) {
+          seen[a] = true;
+          stack.push_back({a, 0});
+        }
+        continue;
+      }
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+namespace {
+
+std::string attrs(const Node& n) {
+  switch (n.op) {
+    case Op::Constant: return n.value.is_int ? fmt::format(" {}", n.value.i) : fmt::format(" {}", n.value.f);
+    case Op::Permute: return fmt::format(" order=[{}]", fmt::join(n.axes, ", "));
+    case Op::Slice: return fmt::format(" start_step=[{}]", fmt::join(n.axes, ", "));
+    default: break;
+  }
+  if (is_reduction(n.op)) return fmt::format(" axes=[{}]{}", fmt::join(n.axes, ", "), n.keepdim ? " keepdim" : "");
+  return {};
+}
+
+}  // namespace
+
+std::string to_string(const std::vector<NodePtr>& roots) {
+  std::vector<Node*> order = topo_order(roots);
+  std::unordered_map<const Node*, int> id;
+  std::string out;
+  int next = 0;
+  for (Node* n : order) {
+    id[n] = next;
+    if (n->realized()) {
+      out += fmt::format("%{} = input {}{}\n", next, dtype_name(n->dtype), n->shape.str());
+    } else {
+      std::string args;
+      for (size_t i = 0; i < n->args.size(); ++i) args += fmt::format("{}%{}", i ? ", " : "", id.at(n->args[i].get()));
+      out += fmt::format("%{} = {}({}){} {}{}\n", next, op_name(n->op), args, attrs(*n), dtype_name(n->dtype),
+                         n->shape.str());
+    }
+    ++next;
+  }
+  if (roots.size() > 1) {
+    out += "return";
+    for (size_t i = 0; i < roots.size(); ++i) out += fmt::format("{} %{}", i ? "," : "", id.at(roots[i].get()));
+    out += "\n";
+  }
+  return out;
+}
+
+std::string to_string(const NodePtr& root) { return to_string(std::vector<NodePtr>{root}); }
+
+uint64_t structural_hash(const std::vector<NodePtr>& roots) {
+  std::string text = to_string(roots);
+  return XXH3_64bits(text.data(), text.size());
+}
+
+}  // namespace ir
+}  // namespace tessel

@@ -1,0 +1,509 @@
+// The ref backend: evaluates IR node by node, each into its own buffer.
+// Deliberately plain -- it is the oracle compiled backends are tested
+// against -- but not slow: loops run over merged contiguous rows and matmul
+// goes through OpenBLAS.
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <unordered_map>
+
+#include "codegen/backend.h"
+#include "codegen/ref/strided_loop.h"
+#include "runtime/errors.h"
+
+namespace tessel {
+namespace {
+
+using ir::BufferView;
+using ir::Node;
+using ir::Op;
+using ref::StridedLoop;
+
+BufferView alloc_dense(DType dt, const Shape& s) {
+  BufferView v;
+  v.storage = Storage::allocate(static_cast<size_t>(std::max<int64_t>(s.numel(), 1)) * dtype_size(dt));
+  v.strides = contiguous_strides(s);
+  return v;
+}
+
+template <class F>
+decltype(auto) dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i64: return f(int64_t{});
+    case DType::i32: return f(int32_t{});
+    case DType::b8: return f(bool{});
+    default: break;
+  }
+  throw InternalError(std::string("ref interpreter: no arithmetic on dtype ") + std::string(dtype_name(t)) +
+                      " (builders must cast half types to f32)");
+}
+
+// Loads/stores of any storage dtype as a compute type (casts touch halves).
+template <class T>
+T load_as(DType src, const std::byte* p) {
+  switch (src) {
+    case DType::f32: return static_cast<T>(*reinterpret_cast<const float*>(p));
+    case DType::f64: return static_cast<T>(*reinterpret_cast<const double*>(p));
+    case DType::i64: return static_cast<T>(*reinterpret_cast<const int64_t*>(p));
+    case DType::i32: return static_cast<T>(*reinterpret_cast<const int32_t*>(p));
+    case DType::b8: return static_cast<T>(*reinterpret_cast<const bool*>(p));
+    case DType::f16: { uint16_t h; std::memcpy(&h, p, 2); return static_cast<T>(f16_to_f32(h)); }
+    case DType::bf16: { uint16_t h; std::memcpy(&h, p, 2); return static_cast<T>(bf16_to_f32(h)); }
+  }
+  return T{};
+}
+void store_double(DType dst, std::byte* p, double v, int64_t iv, bool use_int) {
+  switch (dst) {
+    case DType::f32: *reinterpret_cast<float*>(p) = static_cast<float>(v); break;
+    case DType::f64: *reinterpret_cast<double*>(p) = v; break;
+    case DType::i64: *reinterpret_cast<int64_t*>(p) = use_int ? iv : static_cast<int64_t>(v); break;
+    case DType::i32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(use_int ? iv : static_cast<int64_t>(v)); break;
+    case DType::b8: *reinterpret_cast<bool*>(p) = use_int ? iv != 0 : v != 0; break;
+    case DType::f16: { uint16_t h = f32_to_f16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
+    case DType::bf16: { uint16_t h = f32_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
+  }
+}
+
+template <class T>
+T unary_apply(Op op, T x) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {
+      case Op::Abs: case Op::Relu: return x;
+      case Op::Not: return !x;
+      default: break;
+    }
+    throw InternalError("ref interpreter: unary op on bool not lowered by builders");
+  } else {
+    switch (op) {
+      case Op::Neg: return static_cast<T>(-x);
+      case Op::Abs: return x < 0 ? static_cast<T>(-x) : x;
+      case Op::Exp: return static_cast<T>(std::exp(x));
+      case Op::Log: return static_cast<T>(std::log(x));
+      case Op::Sqrt: return static_cast<T>(std::sqrt(x));
+      case Op::Tanh: return static_cast<T>(std::tanh(x));
+      case Op::Sigmoid: return static_cast<T>(T(1) / (T(1) + static_cast<T>(std::exp(-x))));
+      case Op::Relu: return (x > T(0) || x != x) ? x : T(0);
+      case Op::Not: return static_cast<T>(x == T(0));
+      default: break;
+    }
+  }
+  throw InternalError("ref interpreter: unknown unary op");
+}
+
+template <class T>
+T binary_apply(Op op, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {
+      case Op::Add: case Op::Or: case Op::Maximum: return a || b;
+      case Op::Mul: case Op::And: case Op::Minimum: return a && b;
+      default: break;
+    }
+    throw InternalError("ref interpreter: binary op on bool not lowered by builders");
+  } else {
+    switch (op) {
+      case Op::Add: return static_cast<T>(a + b);
+      case Op::Sub: return static_cast<T>(a - b);
+      case Op::Mul: return static_cast<T>(a * b);
+      case Op::Div: return static_cast<T>(a / b);
+      case Op::Pow:
+        if constexpr (std::is_integral_v<T>) {
+          if (b < 0) return a == 1 ? 1 : 0;
+          T r = 1;
+          for (T e = b, base = a; e > 0; e >>= 1, base = static_cast<T>(base * base))
+            if (e & 1) r = static_cast<T>(r * base);
+          return r;
+        } else {
+          return static_cast<T>(std::pow(a, b));
+        }
+      case Op::Maximum: return (a != a || a > b) ? a : b;
+      case Op::Minimum: return (a != a || a < b) ? a : b;
+      case Op::And: return static_cast<T>(a != T(0) && b != T(0));
+      case Op::Or: return static_cast<T>(a != T(0) || b != T(0));
+      default: break;
+    }
+  }
+  throw InternalError("ref interpreter: unknown binary op");
+}
+
+template <class T>
+bool compare_apply(Op op, T a, T b) {
+  switch (op) {
+    case Op::Eq: return a == b;
+    case Op::Ne: return a != b;
+    case Op::Lt: return a < b;
+    case Op::Le: return a <= b;
+    case Op::Gt: return a > b;
+    case Op::Ge: return a >= b;
+    default: break;
+  }
+  throw InternalError("ref interpreter: unknown comparison");
+}
+
+class Interpreter {
+ public:
+  static BufferView dense_copy(DType dt, const Shape& s, const BufferView& in) { return copy_dense(dt, s, in); }
+  BufferView eval(const Node& n, const std::vector<BufferView>& args) {
+    switch (ir::op_category(n.op)) {
+      case ir::Category::Leaf: return constant(n);
+      case ir::Category::Unary: return n.op == Op::Cast ? cast(n, args[0]) : unary(n, args[0]);
+      case ir::Category::Binary: return binary(n, args[0], args[1]);
+      case ir::Category::Compare: return compare(n, args[0], args[1]);
+      case ir::Category::Ternary: return where(n, args[0], args[1], args[2]);
+      case ir::Category::Reduce: return reduce(n, args[0]);
+      case ir::Category::Movement: return movement(n, args[0]);
+      case ir::Category::Contraction: return matmul(n, args[0], args[1]);
+    }
+    throw InternalError("ref interpreter: unknown node category");
+  }
+
+ private:
+  static BufferView constant(const Node& n) {
+    // One element with zero strides: a splat costs nothing to materialize.
+    BufferView v;
+    v.storage = Storage::allocate(dtype_size(n.dtype));
+    store_double(n.dtype, static_cast<std::byte*>(v.storage->data()), n.value.f, n.value.i, n.value.is_int);
+    v.strides.assign(n.shape.dims.size(), 0);
+    return v;
+  }
+
+  static BufferView cast(const Node& n, const BufferView& in) {
+    BufferView out = alloc_dense(n.dtype, n.shape);
+    DType src = n.args[0]->dtype, dst = n.dtype;
+    size_t ss = dtype_size(src), ds = dtype_size(dst);
+    StridedLoop<2> loop(n.shape, {&out.strides, &in.strides});
+    std::byte* o = out.bytes(dst);
+    const std::byte* i = in.bytes(src);
+    loop.run([&](auto off, auto st, int64_t len) {
+      for (int64_t k = 0; k < len; ++k) {
+        const std::byte* p = i + (off[1] + k * st[1]) * static_cast<int64_t>(ss);
+        std::byte* q = o + (off[0] + k * st[0]) * static_cast<int64_t>(ds);
+        if (is_integral(src) || src == DType::b8) {
+          int64_t v = load_as<int64_t>(src, p);
+          store_double(dst, q, static_cast<double>(v), v, true);
+        } else {
+          store_double(dst, q, load_as<double>(src, p), 0, false);
+        }
+      }
+    });
+    return out;
+  }
+
+  static BufferView unary(const Node& n, const BufferView& in) {
+    BufferView out = alloc_dense(n.dtype, n.shape);
+    dispatch(n.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* o = out.ptr<T>();
+      const T* a = in.ptr<T>();
+      Op op = n.op;
+      StridedLoop<2> loop(n.shape, {&out.strides, &in.strides});
+      loop.run([&](auto off, auto st, int64_t len) {
+        T* po = o + off[0];
+        const T* pa = a + off[1];
+        if (st[1] == 1)
+          for (int64_t k = 0; k < len; ++k) po[k] = unary_apply<T>(op, pa[k]);
+        else
+          for (int64_t k = 0; k < len; ++k) po[k] = unary_apply<T>(op, pa[k * st[1]]);
+      });
+    });
+    return out;
+  }
+
+  static BufferView binary(const Node& n, const BufferView& a, const BufferView& b) {
+    BufferView out = alloc_dense(n.dtype, n.shape);
+    dispatch(n.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* o = out.ptr<T>();
+      const T* pa = a.ptr<T>();
+      const T* pb = b.ptr<T>();
+      StridedLoop<3> loop(n.shape, {&out.strides, &a.strides, &b.strides});
+      auto body = [&](auto f) {
+        loop.run([&](auto off, auto st, int64_t len) {
+          T* po = o + off[0];
+          const T* x = pa + off[1];
+          const T* y = pb + off[2];
+          if (st[1] == 1 && st[2] == 1)
+            for (int64_t k = 0; k < len; ++k) po[k] = f(x[k], y[k]);
+          else if (st[1] == 1 && st[2] == 0)
+            for (int64_t k = 0; k < len; ++k) po[k] = f(x[k], y[0]);
+          else
+            for (int64_t k = 0; k < len; ++k) po[k] = f(x[k * st[1]], y[k * st[2]]);
+        });
+      };
+      // The common ops get their own loop so the compiler vectorizes them.
+      if constexpr (!std::is_same_v<T, bool>) {
+        switch (n.op) {
+          case Op::Add: return body([](T x, T y) { return static_cast<T>(x + y); });
+          case Op::Sub: return body([](T x, T y) { return static_cast<T>(x - y); });
+          case Op::Mul: return body([](T x, T y) { return static_cast<T>(x * y); });
+          default: break;
+        }
+      }
+      Op op = n.op;
+      body([op](T x, T y) { return binary_apply<T>(op, x, y); });
+    });
+    return out;
+  }
+
+  static BufferView compare(const Node& n, const BufferView& a, const BufferView& b) {
+    BufferView out = alloc_dense(DType::b8, n.shape);
+    dispatch(n.args[0]->dtype, [&](auto tag) {
+      using T = decltype(tag);
+      bool* o = out.ptr<bool>();
+      const T* pa = a.ptr<T>();
+      const T* pb = b.ptr<T>();
+      Op op = n.op;
+      StridedLoop<3> loop(n.shape, {&out.strides, &a.strides, &b.strides});
+      loop.run([&](auto off, auto st, int64_t len) {
+        for (int64_t k = 0; k < len; ++k)
+          o[off[0] + k] = compare_apply<T>(op, pa[off[1] + k * st[1]], pb[off[2] + k * st[2]]);
+      });
+    });
+    return out;
+  }
+
+  static BufferView where(const Node& n, const BufferView& c, const BufferView& a, const BufferView& b) {
+    BufferView out = alloc_dense(n.dtype, n.shape);
+    dispatch(n.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* o = out.ptr<T>();
+      const bool* pc = c.ptr<bool>();
+      const T* pa = a.ptr<T>();
+      const T* pb = b.ptr<T>();
+      StridedLoop<4> loop(n.shape, {&out.strides, &c.strides, &a.strides, &b.strides});
+      loop.run([&](auto off, auto st, int64_t len) {
+        for (int64_t k = 0; k < len; ++k)
+          o[off[0] + k] = pc[off[1] + k * st[1]] ? pa[off[2] + k * st[2]] : pb[off[3] + k * st[3]];
+      });
+    });
+    return out;
+  }
+
+  static BufferView reduce(const Node& n, const BufferView& in) {
+    const Node& x = *n.args[0];
+    BufferView out = alloc_dense(n.dtype, n.shape);
+    // Kept axes first (the output's order), reduced axes last.
+    Shape kept, red;
+    Strides kept_st, red_st;
+    for (int64_t d = 0; d < x.shape.rank(); ++d) {
+      bool is_red = std::find(n.axes.begin(), n.axes.end(), d) != n.axes.end();
+      (is_red ? red : kept).dims.push_back(x.shape[d]);
+      (is_red ? red_st : kept_st).push_back(in.strides[static_cast<size_t>(d)]);
+    }
+    Strides out_st = contiguous_strides(kept);
+    int64_t count = red.numel();
+    dispatch(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+      const T* src = in.ptr<T>();
+      StridedLoop<2> outer(kept, {&out_st, &kept_st});
+      outer.run([&](auto off, auto st, int64_t len) {
+        for (int64_t k = 0; k < len; ++k) {
+          const T* base = src + off[1] + k * st[1];
+          int64_t o = off[0] + k * st[0];
+          Acc acc = n.op == Op::Sum || n.op == Op::Mean ? Acc(0) : static_cast<Acc>(base[0]);
+          int64_t best = 0, pos = 0;
+          StridedLoop<1> inner(red, {&red_st});
+          inner.run([&](auto ioff, auto ist, int64_t ilen) {
+            for (int64_t j = 0; j < ilen; ++j, ++pos) {
+              Acc v = static_cast<Acc>(base[ioff[0] + j * ist[0]]);
+              switch (n.op) {
+                case Op::Sum: case Op::Mean: acc += v; break;
+                case Op::Max: if (v > acc || v != v) acc = (acc != acc) ? acc : v; break;
+                case Op::Min: if (v < acc || v != v) acc = (acc != acc) ? acc : v; break;
+                case Op::ArgMax:
+                  if (acc == acc && (v > acc || v != v)) { acc = v; best = pos; }
+                  break;
+                default: break;
+              }
+            }
+          });
+          if (n.op == Op::Mean) acc = count ? acc / static_cast<Acc>(count) : std::numeric_limits<Acc>::quiet_NaN();
+          if (n.op == Op::ArgMax) out.ptr<int64_t>()[o] = best;
+          else store_double(n.dtype, out.bytes(n.dtype) + o * static_cast<int64_t>(dtype_size(n.dtype)),
+                            static_cast<double>(acc), static_cast<int64_t>(acc), std::is_integral_v<Acc>);
+        }
+      });
+    });
+    return out;
+  }
+
+  static bool is_contiguous(const Shape& s, const Strides& st) {
+    int64_t expect = 1;
+    for (size_t i = s.dims.size(); i-- > 0;) {
+      if (s.dims[i] != 1 && st[i] != expect) return false;
+      expect *= s.dims[i];
+    }
+    return true;
+  }
+
+  static BufferView copy_dense(DType dt, const Shape& s, const BufferView& in) {
+    BufferView out = alloc_dense(dt, s);
+    size_t es = dtype_size(dt);
+    StridedLoop<2> loop(s, {&out.strides, &in.strides});
+    std::byte* o = out.bytes(dt);
+    const std::byte* i = in.bytes(dt);
+    loop.run([&](auto off, auto st, int64_t len) {
+      if (st[0] == 1 && st[1] == 1) {
+        std::memcpy(o + off[0] * static_cast<int64_t>(es), i + off[1] * static_cast<int64_t>(es), static_cast<size_t>(len) * es);
+        return;
+      }
+      for (int64_t k = 0; k < len; ++k)
+        std::memcpy(o + (off[0] + k * st[0]) * static_cast<int64_t>(es), i + (off[1] + k * st[1]) * static_cast<int64_t>(es), es);
+    });
+    return out;
+  }
+
+  static BufferView movement(const Node& n, const BufferView& in) {
+    const Node& x = *n.args[0];
+    BufferView v = in;
+    switch (n.op) {
+      case Op::Reshape:
+        if (!is_contiguous(x.shape, in.strides)) v = copy_dense(x.dtype, x.shape, in);
+        v.strides = contiguous_strides(n.shape);
+        return v;
+      case Op::Permute:
+        for (size_t i = 0; i < n.axes.size(); ++i) v.strides[i] = in.strides[static_cast<size_t>(n.axes[i])];
+        return v;
+      case Op::Expand: {
+        size_t lead = n.shape.dims.size() - x.shape.dims.size();
+        v.strides.assign(n.shape.dims.size(), 0);
+        for (size_t i = 0; i < x.shape.dims.size(); ++i)
+          v.strides[lead + i] = x.shape.dims[i] == 1 ? 0 : in.strides[i];
+        return v;
+      }
+      case Op::Slice:
+        for (size_t i = 0; i < v.strides.size(); ++i) {
+          v.offset += n.axes[2 * i] * in.strides[i];
+          v.strides[i] = in.strides[i] * n.axes[2 * i + 1];
+        }
+        return v;
+      default: break;
+    }
+    throw InternalError("ref interpreter: unknown movement op");
+  }
+
+  // One matrix operand as BLAS wants it: row-major with a leading dimension,
+  // transposed when its columns are the contiguous axis.
+  struct Mat {
+    BufferView v;
+    bool trans = false;
+    int64_t ld = 0;
+  };
+  static Mat as_blas(DType dt, const Shape& s, const BufferView& in) {
+    size_t r = s.dims.size();
+    int64_t rows = s.dims[r - 2], cols = s.dims[r - 1];
+    int64_t sr = in.strides[r - 2], sc = in.strides[r - 1];
+    bool batch_ok = true;  // batch strides are handled per matrix; only the 2-D layout matters
+    if (batch_ok && (sc == 1 || cols == 1) && sr >= std::max<int64_t>(cols, 1)) return {in, false, std::max<int64_t>(sr, 1)};
+    if (batch_ok && (sr == 1 || rows == 1) && sc >= std::max<int64_t>(rows, 1)) return {in, true, std::max<int64_t>(sc, 1)};
+    BufferView d = copy_dense(dt, s, in);
+    return {d, false, std::max<int64_t>(cols, 1)};
+  }
+
+  static BufferView matmul(const Node& n, const BufferView& a, const BufferView& b) {
+    const Shape& sa = n.args[0]->shape;
+    const Shape& sb = n.args[1]->shape;
+    size_t r = sa.dims.size();
+    int64_t M = sa.dims[r - 2], K = sa.dims[r - 1], N = sb.dims[r - 1];
+    BufferView out = alloc_dense(n.dtype, n.shape);
+    Shape batch(std::vector<int64_t>(n.shape.dims.begin(), n.shape.dims.end() - 2));
+    Strides bsa(a.strides.begin(), a.strides.end() - 2), bsb(b.strides.begin(), b.strides.end() - 2);
+    Strides bso(out.strides.begin(), out.strides.end() - 2);
+    Mat ma = as_blas(n.dtype, sa, a), mb = as_blas(n.dtype, sb, b);
+    if (ma.v.storage != a.storage) bsa = Strides(ma.v.strides.begin(), ma.v.strides.end() - 2);
+    if (mb.v.storage != b.storage) bsb = Strides(mb.v.strides.begin(), mb.v.strides.end() - 2);
+    if (M == 0 || N == 0) return out;
+    StridedLoop<3> loop(batch, {&bso, &bsa, &bsb});
+    dispatch(n.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      loop.run([&](auto off, auto st, int64_t len) {
+        for (int64_t k = 0; k < len; ++k) {
+          T* C = out.ptr<T>() + off[0] + k * st[0];
+          const T* A = ma.v.ptr<T>() + off[1] + k * st[1];
+          const T* B = mb.v.ptr<T>() + off[2] + k * st[2];
+          gemm<T>(ma, mb, A, B, C, M, N, K);
+        }
+      });
+    });
+    return out;
+  }
+
+  template <class T>
+  static void gemm(const Mat& ma, const Mat& mb, const T* A, const T* B, T* C, int64_t M, int64_t N, int64_t K) {
+    if (K == 0) {
+      std::fill(C, C + M * N, T(0));
+      return;
+    }
+    auto ta = ma.trans ? CblasTrans : CblasNoTrans, tb = mb.trans ? CblasTrans : CblasNoTrans;
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f, A,
+                  static_cast<int>(ma.ld), B, static_cast<int>(mb.ld), 0.0f, C, static_cast<int>(N));
+    } else if constexpr (std::is_same_v<T, double>) {
+      cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0, A,
+                  static_cast<int>(ma.ld), B, static_cast<int>(mb.ld), 0.0, C, static_cast<int>(N));
+    } else {
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          int64_t acc = 0;
+          for (int64_t p = 0; p < K; ++p) {
+            T x = ma.trans ? A[p * ma.ld + i] : A[i * ma.ld + p];
+            T y = mb.trans ? B[j * mb.ld + p] : B[p * mb.ld + j];
+            acc += static_cast<int64_t>(x) * static_cast<int64_t>(y);
+          }
+          C[i * N + j] = static_cast<T>(acc);
+        }
+    }
+  }
+};
+
+class RefBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "ref"; }
+
+  void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override {
+    std::vector<Node*> order = ir::topo_order(roots);
+    std::unordered_map<Node*, int> uses;
+    for (Node* n : order)
+      if (!n->realized())
+        for (auto& a : n->args) ++uses[a.get()];
+    for (auto& r : roots) ++uses[r.get()];  // roots outlive the walk
+    std::unordered_map<Node*, BufferView> values;
+    Interpreter interp;
+    for (Node* n : order) {
+      if (n->realized()) continue;
+      std::vector<BufferView> args;
+      args.reserve(n->args.size());
+      for (auto& a : n->args) args.push_back(a->realized() ? *a->buffer : values.at(a.get()));
+      BufferView v = interp.eval(*n, args);
+      for (auto& a : n->args)
+        if (!a->realized() && --uses[a.get()] == 0) values.erase(a.get());
+      // Values backward will read are kept on their nodes, as autograd saves them.
+      if (keep_grad_values && n->requires_grad && n->op != Op::Constant && ir::op_category(n->op) != ir::Category::Movement)
+        n->buffer = v;
+      values[n] = std::move(v);
+    }
+    for (auto& r : roots) {
+      if (r->realized()) continue;
+      BufferView v = values.at(r.get());
+      // A root is a tensor users may write into: never hand out aliased (0-stride) memory.
+      bool aliased = false;
+      for (size_t d = 0; d < v.strides.size(); ++d) aliased = aliased || (v.strides[d] == 0 && r->shape.dims[d] > 1);
+      if (aliased || (r->op == Op::Constant)) v = Interpreter::dense_copy(r->dtype, r->shape, v);
+      r->buffer = std::move(v);
+    }
+  }
+};
+
+}  // namespace
+
+Backend& ref_backend() {
+  static RefBackend b;
+  return b;
+}
+
+}  // namespace tessel

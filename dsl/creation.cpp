@@ -1,0 +1,158 @@
+// Tensor factories and the global counter-based random generator.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <numbers>
+
+#include "codegen/builders.h"
+#include "dsl/tensor.h"
+#include "runtime/philox.h"
+
+namespace tessel {
+namespace {
+
+struct Generator {
+  std::mutex mu;
+  uint64_t seed = 0x2545F4914F6CDD1Dull;
+  uint64_t counter = 0;  // next Philox block
+};
+Generator& generator() {
+  static Generator g;
+  return g;
+}
+
+// Fills a fresh host tensor of `dt` from doubles produced by f(i).
+template <class F>
+Tensor fill_host(const Shape& s, DType dt, Device d, F&& f) {
+  if (!d.is_cpu()) {
+    check_device_exists(d);
+    Tensor host = fill_host(s, dt, cpu(), std::forward<F>(f));
+    return host.to(d);
+  }
+  Tensor t = empty(s, dt, cpu());
+  const ir::BufferView& v = t.buffer();
+  int64_t n = s.numel();
+  std::byte* p = v.bytes(dt);
+  for (int64_t i = 0; i < n; ++i) {
+    double x = f(i);
+    std::byte* q = p + i * static_cast<int64_t>(dtype_size(dt));
+    switch (dt) {
+      case DType::f32: { float y = static_cast<float>(x); std::memcpy(q, &y, 4); break; }
+      case DType::f64: std::memcpy(q, &x, 8); break;
+      case DType::i64: { int64_t y = static_cast<int64_t>(x); std::memcpy(q, &y, 8); break; }
+      case DType::i32: { int32_t y = static_cast<int32_t>(x); std::memcpy(q, &y, 4); break; }
+      case DType::b8: { bool y = x != 0; std::memcpy(q, &y, 1); break; }
+      case DType::f16: { uint16_t y = f32_to_f16(static_cast<float>(x)); std::memcpy(q, &y, 2); break; }
+      case DType::bf16: { uint16_t y = f32_to_bf16(static_cast<float>(x)); std::memcpy(q, &y, 2); break; }
+    }
+  }
+  return t;
+}
+
+void check_shape(const char* what, const Shape& s) {
+  for (int64_t d : s.dims)
+    if (d < 0) throw ShapeError(fmt::format("{}: negative dimension {} in shape {}", what, d, s.str()));
+}
+
+}  // namespace
+
+std::pair<uint64_t, uint64_t> reserve_random(uint64_t n) {
+  Generator& g = generator();
+  std::lock_guard lock(g.mu);
+  uint64_t first = g.counter;
+  g.counter += (n + 3) / 4;
+  return {g.seed, first};
+}
+
+void manual_seed(uint64_t seed) {
+  Generator& g = generator();
+  std::lock_guard lock(g.mu);
+  g.seed = seed;
+  g.counter = 0;
+}
+
+Tensor empty(const Shape& s, DType t, Device d) {
+  check_shape("empty", s);
+  ir::BufferView v;
+  v.storage = Storage::allocate(static_cast<size_t>(std::max<int64_t>(s.numel(), 1)) * dtype_size(t), d);
+  v.strides = contiguous_strides(s);
+  return from_buffer(std::move(v), t, s, d);
+}
+
+Tensor full(const Shape& s, const Scalar& v, DType t, Device d) {
+  check_shape("full", s);
+  double x = v.v.as_double();
+  return fill_host(s, t, d, [x](int64_t) { return x; });
+}
+Tensor zeros(const Shape& s, DType t, Device d) { return full(s, 0.0, t, d); }
+Tensor ones(const Shape& s, DType t, Device d) { return full(s, 1.0, t, d); }
+Tensor zeros(const Shape& s, Device d) { return zeros(s, DType::f32, d); }
+Tensor ones(const Shape& s, Device d) { return ones(s, DType::f32, d); }
+
+Tensor arange(int64_t end, DType t, Device d) {
+  if (end < 0) throw ValueError(fmt::format("arange: end must be >= 0, got {}", end));
+  return fill_host(Shape{end}, t, d, [](int64_t i) { return static_cast<double>(i); });
+}
+
+Tensor arange(double start, double end, double step, DType t, Device d) {
+  if (step == 0 || (end - start) / step < 0)
+    throw ValueError(fmt::format("arange: the range [{}, {}) with step {} is empty or infinite", start, end, step));
+  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  return fill_host(Shape{n}, t, d, [=](int64_t i) { return start + static_cast<double>(i) * step; });
+}
+
+Tensor rand(const Shape& s, DType t, Device d) {
+  check_shape("rand", s);
+  if (!is_floating(t)) throw DTypeError(fmt::format("rand: needs a floating dtype, got {}", dtype_name(t)));
+  auto [seed, first] = reserve_random(static_cast<uint64_t>(s.numel()));
+  return fill_host(s, t, d, [seed = seed, first = first](int64_t i) {
+    return static_cast<double>(Philox4x32::uniform(Philox4x32::word(seed, first * 4 + static_cast<uint64_t>(i))));
+  });
+}
+
+Tensor randn(const Shape& s, DType t, Device d) {
+  check_shape("randn", s);
+  if (!is_floating(t)) throw DTypeError(fmt::format("randn: needs a floating dtype, got {}", dtype_name(t)));
+  auto [seed, first] = reserve_random(static_cast<uint64_t>(s.numel()));
+  // Box-Muller on word pairs of one block: element i uses block first + i/4,
+  // words (2p, 2p+1) with p = (i%4)/2; even i takes cos, odd i takes sin.
+  return fill_host(s, t, d, [seed = seed, first = first](int64_t i) {
+    auto blk = Philox4x32::block(seed, first + static_cast<uint64_t>(i) / 4);
+    size_t p = (static_cast<size_t>(i) % 4) / 2;
+    double u1 = (static_cast<double>(blk[2 * p] >> 8) + 1.0) / 16777216.0;  // (0, 1]
+    double u2 = static_cast<double>(blk[2 * p + 1] >> 8) / 16777216.0;
+    double r = std::sqrt(-2.0 * std::log(u1));
+    double th = 2.0 * std::numbers::pi * u2;
+    return (i % 2 == 0) ? r * std::cos(th) : r * std::sin(th);
+  });
+}
+Tensor rand(const Shape& s, Device d) { return rand(s, DType::f32, d); }
+Tensor randn(const Shape& s, Device d) { return randn(s, DType::f32, d); }
+
+Tensor tensor(const NestedList& values, DType t, Device d) {
+  const auto& v = values.values;
+  Shape s = values.shape;
+  return fill_host(s, t, d, [&v](int64_t i) { return v[static_cast<size_t>(i)]; });
+}
+Tensor tensor(const NestedList& values, Device d) {
+  return tensor(values, values.all_int ? DType::i64 : DType::f32, d);
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& s, Device d) {
+  if (static_cast<int64_t>(values.size()) != s.numel())
+    throw ShapeError(fmt::format("from_vector: {} values do not fill shape {} ({} elements)", values.size(), s.str(),
+                                 s.numel()));
+  DType t = dtype_of_v<T>;
+  Tensor out = empty(s, t, cpu());
+  if (!values.empty()) std::memcpy(out.buffer().storage->data(), values.data(), values.size() * sizeof(T));
+  return d.is_cpu() ? out : out.to(d);
+}
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Device);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Device);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Device);
+
+}  // namespace tessel

@@ -1,0 +1,266 @@
+// Expression templates: operators on tensors build an object whose *type* is
+// the expression tree, e.g. `relu(x * w + b)` has type
+//   Node<Relu, Node<Add, Node<Mul, Ref, Ref>, Ref>>.
+// Boost.Hana walks that type to lower it to IR (once, when the value is
+// used as a Tensor) and to compute a compile-time structural key, so the
+// kernels of a tree are known from its type alone.
+//
+//   Tensor y = relu(x * w + b);                  // lowered here, still lazy
+//   static_assert(decltype(relu(x * w + b))::structural_key != 0);
+#pragma once
+
+#include <boost/hana/fold_left.hpp>
+#include <boost/hana/string.hpp>
+#include <boost/hana/tuple.hpp>
+#include <boost/hana/type.hpp>
+#include <boost/hana/unpack.hpp>
+
+#include <concepts>
+#include <map>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "dsl/tensor.h"
+
+namespace tessel {
+
+namespace hana = boost::hana;
+
+/// Symbol bindings used when a tree holds symbolic parameters (param<"W1">).
+using SymbolTable = std::map<std::string, Tensor, std::less<>>;
+
+template <class D> struct ExprBase;
+
+namespace expr {
+
+struct ExprTag {};
+template <class T> concept Expression = std::is_base_of_v<ExprTag, std::remove_cvref_t<T>>;
+template <class T> concept TensorLike =
+    Expression<T> || std::is_base_of_v<Tensor, std::remove_cvref_t<T>>;
+template <class T> concept Number = std::is_arithmetic_v<std::remove_cvref_t<T>>;
+template <class T> concept Operand = TensorLike<T> || Number<T>;
+
+// FNV-1a, constexpr: the structural key of a tree type.
+constexpr uint64_t fnv(std::string_view s, uint64_t h = 1469598103934665603ull) {
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+constexpr uint64_t mix(uint64_t h, uint64_t k) {
+  for (int i = 0; i < 8; ++i) h = (h ^ ((k >> (8 * i)) & 0xff)) * 1099511628211ull;
+  return h;
+}
+
+/// A tensor leaf (held by handle: the same tensor is the same IR input).
+struct Ref : ExprTag {
+  Tensor t;
+  static constexpr uint64_t key = fnv("T");
+};
+
+/// A number leaf; its dtype follows the tensor it meets (int tensor * 0.5 -> f32).
+template <class T>
+struct Num : ExprTag {
+  T v;
+  static constexpr uint64_t key = fnv(std::is_floating_point_v<T> ? "Sf" : (std::is_same_v<T, bool> ? "Sb" : "Si"));
+};
+
+/// A symbolic parameter: the same name anywhere in a tree is the same parameter.
+template <class Name>
+struct Sym : ExprTag {
+  static constexpr std::string_view name() { return hana::to<char const*>(Name{}); }
+  static constexpr uint64_t key = fnv(hana::to<char const*>(Name{}), fnv("P:"));
+};
+
+/// An interior node: `Op` names the operation, `Args` the subtrees.
+template <class Op, class... Args>
+struct Node : ExprTag, ExprBase<Node<Op, Args...>> {
+  hana::tuple<Args...> args;
+  explicit Node(Args... a) : args(std::move(a)...) {}
+  static constexpr uint64_t key = hana::fold_left(hana::tuple_t<Args...>, fnv(Op::name), [](uint64_t h, auto t) {
+    return mix(h, decltype(t)::type::key);
+  });
+};
+
+// Op tags: a name for the key, and how to apply the op to lowered operands.
+#define TESSEL_EXPR_BINARY(Tag, IrOp)                                              \
+  struct Tag {                                                                     \
+    static constexpr std::string_view name = #Tag;                                 \
+    template <class A, class B> static Tensor apply(const A& a, const B& b) {      \
+      return binary_op(ir::Op::IrOp, a, b);                                        \
+    }                                                                              \
+  };
+TESSEL_EXPR_BINARY(Add, Add)
+TESSEL_EXPR_BINARY(Sub, Sub)
+TESSEL_EXPR_BINARY(Mul, Mul)
+TESSEL_EXPR_BINARY(Div, Div)
+TESSEL_EXPR_BINARY(Pow, Pow)
+TESSEL_EXPR_BINARY(Maximum, Maximum)
+TESSEL_EXPR_BINARY(Minimum, Minimum)
+TESSEL_EXPR_BINARY(Eq, Eq)
+TESSEL_EXPR_BINARY(Ne, Ne)
+TESSEL_EXPR_BINARY(Lt, Lt)
+TESSEL_EXPR_BINARY(Le, Le)
+TESSEL_EXPR_BINARY(Gt, Gt)
+TESSEL_EXPR_BINARY(Ge, Ge)
+TESSEL_EXPR_BINARY(And, And)
+TESSEL_EXPR_BINARY(Or, Or)
+#undef TESSEL_EXPR_BINARY
+
+#define TESSEL_EXPR_UNARY(Tag, IrOp)                                                        \
+  struct Tag {                                                                              \
+    static constexpr std::string_view name = #Tag;                                          \
+    static Tensor apply(const Tensor& x) { return unary_op(ir::Op::IrOp, x); }              \
+  };
+TESSEL_EXPR_UNARY(Neg, Neg)
+TESSEL_EXPR_UNARY(Abs, Abs)
+TESSEL_EXPR_UNARY(Exp, Exp)
+TESSEL_EXPR_UNARY(Log, Log)
+TESSEL_EXPR_UNARY(Sqrt, Sqrt)
+TESSEL_EXPR_UNARY(Tanh, Tanh)
+TESSEL_EXPR_UNARY(Sigmoid, Sigmoid)
+TESSEL_EXPR_UNARY(Relu, Relu)
+TESSEL_EXPR_UNARY(Not, Not)
+#undef TESSEL_EXPR_UNARY
+
+struct MatMul {
+  static constexpr std::string_view name = "MatMul";
+  static Tensor apply(const Tensor& a, const Tensor& b) { return matmul(a, b); }
+};
+struct Where {
+  static constexpr std::string_view name = "Where";
+  static Tensor apply(const Tensor& c, const Tensor& a, const Tensor& b) { return where(c, a, b); }
+  static Tensor apply(const Tensor& c, const Tensor& a, const Scalar& b) { return where(c, a, scalar_like(b, a)); }
+  static Tensor apply(const Tensor& c, const Scalar& a, const Tensor& b) { return where(c, scalar_like(a, b), b); }
+};
+
+// --- lowering: type tree -> IR (through the same functional ops as Tensor) ---
+
+inline Tensor lower(const Ref& r, const SymbolTable*) { return r.t; }
+template <class T> Scalar lower(const Num<T>& n, const SymbolTable*) { return Scalar(n.v); }
+template <class Name>
+Tensor lower(const Sym<Name>& s, const SymbolTable* env) {
+  if (env) {
+    auto it = env->find(s.name());
+    if (it != env->end()) return it->second;
+  }
+  throw ValueError(fmt::format("symbolic parameter '{}' is not bound: evaluate the expression through a model that "
+                               "owns its parameters (nn::Symbolic)",
+                               s.name()));
+}
+template <class Op, class... Args>
+Tensor lower(const Node<Op, Args...>& n, const SymbolTable* env) {
+  return hana::unpack(n.args, [env](const auto&... a) { return Op::apply(lower(a, env)...); });
+}
+
+// --- wrapping operands as leaves ---
+template <class T> auto wrap(T&& x) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (Expression<U>) return U(std::forward<T>(x));
+  else if constexpr (Number<U>) return Num<std::conditional_t<std::is_same_v<U, bool>, bool,
+                                                              std::conditional_t<std::is_floating_point_v<U>, double, int64_t>>>{
+        {}, static_cast<std::conditional_t<std::is_same_v<U, bool>, bool,
+                                           std::conditional_t<std::is_floating_point_v<U>, double, int64_t>>>(x)};
+  else return Ref{{}, Tensor(x)};
+}
+template <class Op, class... A> auto make(A&&... a) {
+  return Node<Op, decltype(wrap(std::forward<A>(a)))...>(wrap(std::forward<A>(a))...);
+}
+
+/// The compile-time structural key of an expression type.
+template <class E> inline constexpr uint64_t structural_key_v = std::remove_cvref_t<E>::key;
+
+template <std::size_t N>
+struct fixed_string {
+  char chars[N]{};
+  constexpr fixed_string(const char (&s)[N]) {
+    for (std::size_t i = 0; i < N; ++i) chars[i] = s[i];
+  }
+};
+template <fixed_string S, std::size_t... I>
+constexpr auto to_hana_string(std::index_sequence<I...>) {
+  return hana::string<S.chars[I]...>{};
+}
+
+}  // namespace expr
+
+/// Common Tensor-like methods for every expression (each lowers first).
+template <class D>
+struct ExprBase {
+  Tensor eval(const SymbolTable* env = nullptr) const { return expr::lower(static_cast<const D&>(*this), env); }
+  operator Tensor() const { return eval(); }
+  Shape shape() const { return eval().shape(); }
+  DType dtype() const { return eval().dtype(); }
+  template <class T = double> T item() const { return eval().template item<T>(); }
+  explicit operator bool() const { return static_cast<bool>(eval()); }
+  Tensor sum() const { return eval().sum(); }
+  Tensor mean() const { return eval().mean(); }
+  Tensor abs() const { return eval().abs(); }
+  Tensor max() const { return eval().max(); }
+  std::string str() const { return eval().str(); }
+  static constexpr uint64_t structural_key = D::key;
+};
+
+/// A symbolic parameter usable inside expressions: relu(x % param<"W1"> + param<"b1">).
+template <expr::fixed_string S>
+inline constexpr expr::Sym<decltype(expr::to_hana_string<S>(std::make_index_sequence<sizeof(S.chars) - 1>{}))> param{};
+
+// --- operators (found by ADL through ExprBase and Tensor) ---
+#define TESSEL_EXPR_OPERATOR(sym, Tag)                                                    \
+  template <expr::Operand A, expr::Operand B>                                             \
+    requires(expr::TensorLike<A> || expr::TensorLike<B>)                                  \
+  auto operator sym(A&& a, B&& b) {                                                       \
+    return expr::make<expr::Tag>(std::forward<A>(a), std::forward<B>(b));                 \
+  }
+TESSEL_EXPR_OPERATOR(+, Add)
+TESSEL_EXPR_OPERATOR(-, Sub)
+TESSEL_EXPR_OPERATOR(*, Mul)
+TESSEL_EXPR_OPERATOR(/, Div)
+TESSEL_EXPR_OPERATOR(==, Eq)
+TESSEL_EXPR_OPERATOR(!=, Ne)
+TESSEL_EXPR_OPERATOR(<, Lt)
+TESSEL_EXPR_OPERATOR(<=, Le)
+TESSEL_EXPR_OPERATOR(>, Gt)
+TESSEL_EXPR_OPERATOR(>=, Ge)
+TESSEL_EXPR_OPERATOR(&&, And)
+TESSEL_EXPR_OPERATOR(||, Or)
+/// Matrix product, as Python's @: x % W.
+TESSEL_EXPR_OPERATOR(%, MatMul)
+#undef TESSEL_EXPR_OPERATOR
+
+template <expr::TensorLike A> auto operator-(A&& a) { return expr::make<expr::Neg>(std::forward<A>(a)); }
+template <expr::TensorLike A> auto operator!(A&& a) { return expr::make<expr::Not>(std::forward<A>(a)); }
+
+#define TESSEL_EXPR_FUNCTION(fn, Tag)                                                     \
+  template <expr::TensorLike A> auto fn(A&& a) { return expr::make<expr::Tag>(std::forward<A>(a)); }
+TESSEL_EXPR_FUNCTION(relu, Relu)
+TESSEL_EXPR_FUNCTION(exp, Exp)
+TESSEL_EXPR_FUNCTION(log, Log)
+TESSEL_EXPR_FUNCTION(sqrt, Sqrt)
+TESSEL_EXPR_FUNCTION(tanh, Tanh)
+TESSEL_EXPR_FUNCTION(sigmoid, Sigmoid)
+TESSEL_EXPR_FUNCTION(abs, Abs)
+#undef TESSEL_EXPR_FUNCTION
+
+template <expr::Operand A, expr::Operand B>
+  requires(expr::TensorLike<A> || expr::TensorLike<B>) && (expr::Expression<A> || expr::Expression<B> || expr::Number<A> || expr::Number<B>)
+auto maximum(A&& a, B&& b) { return expr::make<expr::Maximum>(std::forward<A>(a), std::forward<B>(b)); }
+template <expr::Operand A, expr::Operand B>
+  requires(expr::TensorLike<A> || expr::TensorLike<B>) && (expr::Expression<A> || expr::Expression<B> || expr::Number<A> || expr::Number<B>)
+auto minimum(A&& a, B&& b) { return expr::make<expr::Minimum>(std::forward<A>(a), std::forward<B>(b)); }
+template <expr::TensorLike A, expr::Operand B>
+  requires(expr::Expression<A> || expr::Number<B> || expr::Expression<B>)
+auto pow(A&& a, B&& b) { return expr::make<expr::Pow>(std::forward<A>(a), std::forward<B>(b)); }
+template <expr::TensorLike C, expr::Operand A, expr::Operand B>
+  requires(expr::Expression<C> || expr::Expression<A> || expr::Expression<B> || expr::Number<A> || expr::Number<B>)
+auto where(C&& c, A&& a, B&& b) { return expr::make<expr::Where>(std::forward<C>(c), std::forward<A>(a), std::forward<B>(b)); }
+template <expr::TensorLike A, expr::TensorLike B>
+  requires(expr::Expression<A> || expr::Expression<B>)
+auto matmul(A&& a, B&& b) { return expr::make<expr::MatMul>(std::forward<A>(a), std::forward<B>(b)); }
+
+}  // namespace tessel
+
+template <class E>
+  requires tessel::expr::Expression<E>
+struct fmt::formatter<E> : fmt::formatter<std::string> {
+  auto format(const E& e, format_context& ctx) const { return fmt::formatter<std::string>::format(e.str(), ctx); }
+};

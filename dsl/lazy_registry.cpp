@@ -1,0 +1,55 @@
+#include "dsl/lazy_registry.h"
+
+#include <mutex>
+#include <vector>
+
+#include "dsl/tensor.h"
+
+namespace tessel {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<TensorImpl>> pending;
+  size_t prune_at = 64;
+};
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+bool reads(const ir::NodePtr& root, const Storage* s) {
+  for (ir::Node* n : ir::topo_order({root}))
+    if (n->realized() && n->buffer->storage.get() == s) return true;
+  return false;
+}
+
+}  // namespace
+
+void register_pending(const std::shared_ptr<TensorImpl>& impl) {
+  Registry& R = registry();
+  std::lock_guard lock(R.mu);
+  if (R.pending.size() >= R.prune_at) {
+    std::erase_if(R.pending, [](const std::weak_ptr<TensorImpl>& w) {
+      auto p = w.lock();
+      return !p || !p->node || p->node->realized();
+    });
+    R.prune_at = std::max<size_t>(64, R.pending.size() * 2);
+  }
+  R.pending.push_back(impl);
+}
+
+void realize_readers_of(const Storage* storage) {
+  std::vector<Tensor> todo;
+  {
+    Registry& R = registry();
+    std::lock_guard lock(R.mu);
+    for (auto& w : R.pending) {
+      auto p = w.lock();
+      if (p && p->node && !p->node->realized() && reads(p->node, storage)) todo.emplace_back(p);
+    }
+  }
+  if (!todo.empty()) realize(todo);
+}
+
+}  // namespace tessel

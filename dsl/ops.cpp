@@ -1,0 +1,98 @@
+// The functional ops behind Tensor's methods and the expression operators.
+// Device checks live here (the IR is device-neutral); shape and dtype rules
+// live in codegen/builders.
+#include <fmt/format.h>
+
+#include "codegen/builders.h"
+#include "dsl/tensor.h"
+
+namespace tessel {
+namespace {
+
+Device same_device(std::string_view op, const Tensor& a, const Tensor& b) {
+  if (!(a.device() == b.device()))
+    throw DeviceError(fmt::format("{}: expected all tensors on the same device, but found {} and {}; move one with "
+                                  ".to({})",
+                                  op, a.device().str(), b.device().str(), a.device().str()));
+  return a.device();
+}
+
+// The dtype a Python-style scalar takes next to a tensor of dtype `t`:
+// the tensor's, unless the scalar's category is higher (int tensor * 0.5 -> f32).
+DType scalar_dtype(const Scalar& s, DType t) {
+  if (s.natural == DType::f32 && !is_floating(t)) return DType::f32;
+  if (s.natural == DType::i64 && t == DType::b8) return DType::i64;
+  return t;
+}
+
+}  // namespace
+
+Tensor scalar_like(const Scalar& s, const Tensor& like) {
+  return Tensor::from_node(ir::constant(s.v, scalar_dtype(s, like.dtype())), like.device());
+}
+
+Tensor binary_op(ir::Op op, const Tensor& a, const Tensor& b) {
+  Device d = same_device(ir::op_name(op), a, b);
+  return Tensor::from_node(ir::binary(op, a.node(), b.node()), d);
+}
+Tensor binary_op(ir::Op op, const Tensor& a, const Scalar& b) { return binary_op(op, a, scalar_like(b, a)); }
+Tensor binary_op(ir::Op op, const Scalar& a, const Tensor& b) { return binary_op(op, scalar_like(a, b), b); }
+Tensor unary_op(ir::Op op, const Tensor& x) { return Tensor::from_node(ir::unary(op, x.node()), x.device()); }
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op(ir::Op::Add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(ir::Op::Sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(ir::Op::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(ir::Op::Div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(ir::Op::Pow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(ir::Op::Maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(ir::Op::Minimum, a, b); }
+Tensor logical_not(const Tensor& x) { return unary_op(ir::Op::Not, x); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  same_device("where", cond, a);
+  Device d = same_device("where", a, b);
+  return Tensor::from_node(ir::where(cond.node(), a.node(), b.node()), d);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Device d = same_device("matmul", a, b);
+  return Tensor::from_node(ir::matmul(a.node(), b.node()), d);
+}
+
+Tensor Tensor::abs() const { return unary_op(ir::Op::Abs, *this); }
+Tensor Tensor::neg() const { return unary_op(ir::Op::Neg, *this); }
+Tensor Tensor::exp() const { return unary_op(ir::Op::Exp, *this); }
+Tensor Tensor::log() const { return unary_op(ir::Op::Log, *this); }
+Tensor Tensor::sqrt() const { return unary_op(ir::Op::Sqrt, *this); }
+Tensor Tensor::tanh() const { return unary_op(ir::Op::Tanh, *this); }
+Tensor Tensor::sigmoid() const { return unary_op(ir::Op::Sigmoid, *this); }
+Tensor Tensor::relu() const { return unary_op(ir::Op::Relu, *this); }
+Tensor Tensor::pow(const Scalar& e) const { return binary_op(ir::Op::Pow, *this, e); }
+Tensor Tensor::pow(const Tensor& e) const { return binary_op(ir::Op::Pow, *this, e); }
+Tensor Tensor::matmul(const Tensor& o) const { return tessel::matmul(*this, o); }
+
+namespace {
+Tensor reduce(ir::Op op, const Tensor& t, std::vector<int64_t> dims, bool keepdim) {
+  return Tensor::from_node(ir::reduce(op, t.node(), std::move(dims), keepdim), t.device());
+}
+}  // namespace
+
+Tensor Tensor::sum() const { return reduce(ir::Op::Sum, *this, {}, false); }
+Tensor Tensor::sum(std::vector<int64_t> d, bool k) const { return reduce(ir::Op::Sum, *this, std::move(d), k); }
+Tensor Tensor::mean() const { return reduce(ir::Op::Mean, *this, {}, false); }
+Tensor Tensor::mean(std::vector<int64_t> d, bool k) const { return reduce(ir::Op::Mean, *this, std::move(d), k); }
+Tensor Tensor::max() const { return reduce(ir::Op::Max, *this, {}, false); }
+Tensor Tensor::max(int64_t d, bool k) const { return reduce(ir::Op::Max, *this, {d}, k); }
+Tensor Tensor::min() const { return reduce(ir::Op::Min, *this, {}, false); }
+Tensor Tensor::min(int64_t d, bool k) const { return reduce(ir::Op::Min, *this, {d}, k); }
+Tensor Tensor::argmax() const { return reduce(ir::Op::ArgMax, *this, {}, false); }
+Tensor Tensor::argmax(int64_t d, bool k) const { return reduce(ir::Op::ArgMax, *this, {d}, k); }
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  check_device_exists(d);
+  throw DeviceError(fmt::format("to({}): copies between {} and {} need the CUDA runtime, which this build lacks",
+                                d.str(), device().str(), d.str()));
+}
+
+}  // namespace tessel

@@ -1,0 +1,520 @@
+#include "dsl/tensor.h"
+
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+#include "codegen/autodiff.h"
+#include "codegen/backend.h"
+#include "codegen/builders.h"
+#include "dsl/lazy_registry.h"
+
+namespace tessel {
+
+namespace {
+
+// A realized tensor's elements live on the host (device tensors are copied).
+ir::BufferView host_view(const Tensor& t) {
+  if (!t.device().is_cpu()) return t.to(cpu()).buffer();
+  return t.buffer();
+}
+
+bool can_cast(DType from, DType to) {
+  if (is_floating(from) && !is_floating(to)) return false;
+  if (from != DType::b8 && to == DType::b8) return false;
+  return true;
+}
+
+// Copies `src` (same shape and dtype as dst) into dst's strided memory.
+void strided_copy(const ir::BufferView& dst, const ir::BufferView& src, DType dt, const Shape& shape) {
+  size_t es = dtype_size(dt);
+  int64_t n = shape.numel();
+  if (n == 0) return;
+  std::vector<int64_t> idx(shape.dims.size(), 0);
+  std::byte* d = dst.bytes(dt);
+  const std::byte* s = src.bytes(dt);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t od = 0, os = 0;
+    for (size_t i = 0; i < idx.size(); ++i) {
+      od += idx[i] * dst.strides[i];
+      os += idx[i] * src.strides[i];
+    }
+    std::memcpy(d + od * static_cast<int64_t>(es), s + os * static_cast<int64_t>(es), es);
+    for (size_t i = idx.size(); i-- > 0;) {
+      if (++idx[i] < shape.dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+Tensor view_of(const Tensor& t, ir::BufferView v, Shape s) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->node = ir::input(std::move(v), t.dtype(), std::move(s));
+  impl->device = t.device();
+  return Tensor(impl);
+}
+
+// Graph-building views: a tensor that carries gradients, or that is not
+// realized yet, gets an IR node; a realized plain tensor gets a memory view.
+bool wants_graph(const Tensor& t) { return !t.is_realized() || (t.requires_grad() && grad_enabled()); }
+
+}  // namespace
+
+NestedList::NestedList(std::initializer_list<NestedList> items) {
+  std::optional<Shape> inner;
+  for (const auto& it : items) {
+    if (inner && !(*inner == it.shape))
+      throw ShapeError(fmt::format("tensor(): nested lists must be rectangular; found sub-lists of shapes {} and {}",
+                                   inner->str(), it.shape.str()));
+    inner = it.shape;
+    values.insert(values.end(), it.values.begin(), it.values.end());
+    all_int = all_int && it.all_int;
+  }
+  shape.dims.push_back(static_cast<int64_t>(items.size()));
+  if (inner) shape.dims.insert(shape.dims.end(), inner->dims.begin(), inner->dims.end());
+}
+
+Tensor Tensor::from_node(ir::NodePtr node, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  bool lazy = !node->realized();
+  impl->is_leaf = !node->requires_grad;
+  impl->node = std::move(node);
+  impl->device = device;
+  if (lazy) register_pending(impl);
+  return Tensor(impl);
+}
+
+Tensor from_buffer(ir::BufferView view, DType t, const Shape& s, Device d) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->node = ir::input(std::move(view), t, s);
+  impl->device = d;
+  return Tensor(impl);
+}
+
+void Tensor::check_defined(const char* what) const {
+  if (!impl_) throw ValueError(fmt::format("{}: the tensor is undefined (default-constructed or an empty grad)", what));
+  if (impl_->kind == TensorImpl::Kind::uninitialized_parameter || !impl_->node)
+    throw ValueError(fmt::format(
+        "{}: this is an UninitializedParameter: its shape is not known until the lazy layer sees its first input; "
+        "run a forward pass (or apply_init) first",
+        what));
+}
+
+const ir::NodePtr& Tensor::node() const {
+  check_defined("node");
+  return impl_->node;
+}
+const Shape& Tensor::shape() const { return node()->shape; }
+DType Tensor::dtype() const { return node()->dtype; }
+Device Tensor::device() const {
+  check_defined("device");
+  return impl_->device;
+}
+int64_t Tensor::size(int64_t d) const { return shape()[ir::normalize_axis("size", d, dim(), shape())]; }
+
+bool Tensor::is_realized() const { return node()->realized(); }
+
+void realize(const std::vector<Tensor>& ts) {
+  std::vector<ir::NodePtr> roots;
+  bool keep = false;
+  for (const auto& t : ts) {
+    const auto& n = t.node();
+    if (n->realized()) continue;
+    if (!t.device().is_cpu())
+      throw DeviceError(fmt::format("cannot compute on {}: this build has no CUDA execution backend yet; move the "
+                                    "tensors to the CPU with .cpu()", t.device().str()));
+    roots.push_back(n);
+    keep = keep || n->requires_grad;
+  }
+  if (roots.empty()) return;
+  cpu_backend().realize(roots, keep);
+  // Values that carry no gradient never need their inputs again: free the graph.
+  for (auto& r : roots)
+    if (!r->requires_grad) r->args.clear();
+}
+
+const Tensor& Tensor::eval() const {
+  realize({*this});
+  return *this;
+}
+
+const ir::BufferView& Tensor::buffer() const {
+  eval();
+  return *impl_->node->buffer;
+}
+
+bool Tensor::is_contiguous() const {
+  const auto& st = buffer().strides;
+  return st == contiguous_strides(shape()) || numel() <= 1;
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  ir::BufferView v = host_view(*this);
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(numel()));
+  Shape s = shape();
+  DType dt = dtype();
+  int64_t n = s.numel();
+  std::vector<int64_t> idx(s.dims.size(), 0);
+  const std::byte* base = v.bytes(dt);
+  size_t es = dtype_size(dt);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t off = 0;
+    for (size_t i = 0; i < idx.size(); ++i) off += idx[i] * v.strides[i];
+    const std::byte* p = base + off * static_cast<int64_t>(es);
+    T val{};
+    switch (dt) {
+      case DType::f32: { float x; std::memcpy(&x, p, 4); val = static_cast<T>(x); break; }
+      case DType::f64: { double x; std::memcpy(&x, p, 8); val = static_cast<T>(x); break; }
+      case DType::i64: { int64_t x; std::memcpy(&x, p, 8); val = static_cast<T>(x); break; }
+      case DType::i32: { int32_t x; std::memcpy(&x, p, 4); val = static_cast<T>(x); break; }
+      case DType::b8: { bool x; std::memcpy(&x, p, 1); val = static_cast<T>(x); break; }
+      case DType::f16: { uint16_t x; std::memcpy(&x, p, 2); val = static_cast<T>(f16_to_f32(x)); break; }
+      case DType::bf16: { uint16_t x; std::memcpy(&x, p, 2); val = static_cast<T>(bf16_to_f32(x)); break; }
+    }
+    out.push_back(val);
+    for (size_t i = idx.size(); i-- > 0;) {
+      if (++idx[i] < s.dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
+
+template <class T>
+T Tensor::item() const {
+  if (numel() != 1)
+    throw ValueError(fmt::format("item(): the tensor has {} elements (shape {}); item() needs exactly one -- reduce it "
+                                 "first, e.g. .sum(), or index one element",
+                                 numel(), shape().str()));
+  if constexpr (std::is_same_v<T, bool>) return to_vector<uint8_t>()[0] != 0;
+  else return to_vector<T>()[0];
+}
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int64_t Tensor::item<int64_t>() const;
+template int32_t Tensor::item<int32_t>() const;
+template bool Tensor::item<bool>() const;
+
+Tensor::operator bool() const {
+  if (numel() != 1)
+    throw ValueError(fmt::format("the boolean value of a tensor with {} elements (shape {}) is ambiguous; reduce it "
+                                 "first, e.g. (x > 0).all() or x.sum() > 1",
+                                 numel(), shape().str()));
+  return item<double>() != 0;
+}
+
+// ---------------------------------------------------------------- views
+
+Tensor Tensor::reshape(std::vector<int64_t> s) const {
+  if (!wants_graph(*this) && is_contiguous()) {
+    ir::NodePtr probe = ir::reshape(ir::constant(ir::ScalarValue::of(0), dtype(), shape()), s);  // checks + infers -1
+    ir::BufferView v = buffer();
+    v.strides = contiguous_strides(probe->shape);
+    return view_of(*this, std::move(v), probe->shape);
+  }
+  return from_node(ir::reshape(node(), std::move(s)), device());
+}
+
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  int64_t r = dim();
+  if (r == 0) return reshape({1});
+  start = ir::normalize_axis("flatten", start, r, shape());
+  end = ir::normalize_axis("flatten", end, r, shape());
+  std::vector<int64_t> s;
+  for (int64_t i = 0; i < start; ++i) s.push_back(shape()[i]);
+  int64_t m = 1;
+  for (int64_t i = start; i <= end; ++i) m *= shape()[i];
+  s.push_back(m);
+  for (int64_t i = end + 1; i < r; ++i) s.push_back(shape()[i]);
+  return reshape(std::move(s));
+}
+
+Tensor Tensor::permute(std::vector<int64_t> order) const {
+  ir::NodePtr p = ir::permute(node(), order);
+  if (p == node()) return *this;
+  if (!wants_graph(*this)) {
+    ir::BufferView v = buffer();
+    for (size_t i = 0; i < p->axes.size(); ++i) v.strides[i] = buffer().strides[static_cast<size_t>(p->axes[i])];
+    return view_of(*this, std::move(v), p->shape);
+  }
+  return from_node(p, device());
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  std::vector<int64_t> order(static_cast<size_t>(dim()));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  d0 = ir::normalize_axis("transpose", d0, dim(), shape());
+  d1 = ir::normalize_axis("transpose", d1, dim(), shape());
+  std::swap(order[static_cast<size_t>(d0)], order[static_cast<size_t>(d1)]);
+  return permute(std::move(order));
+}
+
+Tensor Tensor::t() const {
+  if (dim() > 2)
+    throw ShapeError(fmt::format("t(): expects a tensor with at most 2 dims, got shape {}; use transpose(d0, d1)",
+                                 shape().str()));
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = ir::normalize_axis("unsqueeze", d, dim() + 1, Shape(shape()));
+  std::vector<int64_t> s = shape().dims;
+  s.insert(s.begin() + d, 1);
+  return reshape(std::move(s));
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  d = ir::normalize_axis("squeeze", d, dim(), shape());
+  if (shape()[d] != 1) return *this;
+  std::vector<int64_t> s = shape().dims;
+  s.erase(s.begin() + d);
+  return reshape(std::move(s));
+}
+
+Tensor Tensor::expand(std::vector<int64_t> s) const {
+  // -1 keeps the existing size, as in torch.expand.
+  size_t lead = s.size() - std::min(s.size(), shape().dims.size());
+  for (size_t i = lead; i < s.size(); ++i)
+    if (s[i] == -1) s[i] = shape().dims[i - lead];
+  ir::NodePtr e = ir::expand(node(), Shape(s));
+  if (e == node()) return *this;
+  if (!wants_graph(*this)) {
+    ir::BufferView v = buffer();
+    v.strides.assign(s.size(), 0);
+    for (size_t i = 0; i < shape().dims.size(); ++i)
+      v.strides[lead + i] = shape().dims[i] == 1 ? 0 : buffer().strides[i];
+    return view_of(*this, std::move(v), Shape(s));
+  }
+  return from_node(e, device());
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  d = ir::normalize_axis("slice", d, dim(), shape());
+  if (step <= 0) throw ValueError(fmt::format("slice: step must be positive, got {}", step));
+  int64_t n = shape()[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  int64_t len = (end - start + step - 1) / step;
+  Shape out = shape();
+  out[d] = len;
+  if (!wants_graph(*this) || !requires_grad()) {
+    ir::BufferView v = buffer();
+    v.offset += start * v.strides[static_cast<size_t>(d)];
+    v.strides[static_cast<size_t>(d)] *= step;
+    return view_of(*this, std::move(v), out);
+  }
+  std::vector<int64_t> starts(static_cast<size_t>(dim()), 0), steps(static_cast<size_t>(dim()), 1);
+  starts[static_cast<size_t>(d)] = start;
+  steps[static_cast<size_t>(d)] = step;
+  return from_node(ir::slice(node(), starts, steps, out), device());
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const { return slice(d, start, start + length); }
+
+Tensor Tensor::select(int64_t d, int64_t i) const {
+  if (dim() == 0) throw IndexError("select: cannot index a 0-d tensor; use item() to read its value");
+  d = ir::normalize_axis("select", d, dim(), shape());
+  int64_t n = shape()[d];
+  if (i < -n || i >= n)
+    throw IndexError(fmt::format("index {} is out of bounds for dimension {} with size {} (tensor shape {})", i, d, n,
+                                 shape().str()));
+  if (i < 0) i += n;
+  return slice(d, i, i + 1).squeeze(d);
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_realized() && is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  // A copy that is its own memory even when the value is a view of another's.
+  if (requires_grad() && grad_enabled())  // stays in the graph: d(clone)/dx = 1
+    return from_node(ir::binary(ir::Op::Add, node(), ir::constant(ir::ScalarValue::of(0), dtype())), device());
+  Tensor out = empty(shape(), dtype(), device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::detach() const {
+  return view_of(*this, buffer(), shape());
+}
+
+Tensor Tensor::to(DType t) const {
+  if (t == dtype()) return *this;
+  return from_node(ir::cast(node(), t), device());
+}
+
+// ------------------------------------------------------------- in place
+
+const Tensor& Tensor::assign_(const Tensor& value) const {
+  check_defined("in-place op");
+  if (!(value.shape() == shape())) {
+    Shape b = ir::broadcast_shapes("in-place op", value.shape(), shape());
+    if (!(b == shape()))
+      throw ShapeError(fmt::format("in-place op: the result has shape {} but this tensor's shape is {}; an in-place op "
+                                   "cannot change the shape",
+                                   b.str(), shape().str()));
+  }
+  if (!can_cast(value.dtype(), dtype()))
+    throw DTypeError(fmt::format("in-place op: result type {} can't be cast to this tensor's dtype {}; use the "
+                                 "out-of-place form (x = x / 2) or convert first with .to()",
+                                 dtype_name(value.dtype()), dtype_name(dtype())));
+  ir::NodePtr v = ir::expand(ir::cast(value.node(), dtype()), shape());
+  bool tracked = grad_enabled() && (requires_grad() || v->requires_grad);
+  if (!is_realized() || (tracked && !is_leaf())) {
+    // Not memory yet (or part of a graph): the new value extends the graph.
+    impl_->node = v;
+    impl_->is_leaf = !v->requires_grad;
+    if (!v->realized()) register_pending(impl_);
+    return *this;
+  }
+  if (tracked && requires_grad())
+    throw ValueError("in-place op on a leaf tensor that requires grad (a parameter): its gradient would be lost; "
+                     "write through .data() or inside a NoGradGuard");
+  // Compute the value before the memory changes, then let other lazy readers
+  // see the old bytes, then write.
+  Tensor val = from_node(v, device());
+  val.eval();
+  const ir::BufferView& dst = buffer();
+  realize_readers_of(dst.storage.get());
+  if (!device().is_cpu()) throw DeviceError("in-place writes to device tensors need the CUDA backend");
+  strided_copy(dst, val.buffer(), dtype(), shape());
+  dst.storage->bump_version();
+  return *this;
+}
+
+#define TESSEL_INPLACE(opsym, OPNAME)                                                            \
+  const Tensor& Tensor::operator opsym(const Tensor& o) const {                                  \
+    return assign_(binary_op(ir::Op::OPNAME, *this, o));                                         \
+  }                                                                                              \
+  const Tensor& Tensor::operator opsym(const Scalar& s) const {                                  \
+    return assign_(binary_op(ir::Op::OPNAME, *this, s));                                         \
+  }
+TESSEL_INPLACE(+=, Add)
+TESSEL_INPLACE(-=, Sub)
+TESSEL_INPLACE(*=, Mul)
+TESSEL_INPLACE(/=, Div)
+#undef TESSEL_INPLACE
+
+Tensor& Tensor::operator=(const Scalar& v) && {
+  fill_(v);
+  return *this;
+}
+Tensor& Tensor::operator=(const Tensor& src) && {
+  copy_(src);
+  return *this;
+}
+
+const Tensor& Tensor::fill_(const Scalar& v) const {
+  Tensor c = from_node(ir::constant(v.v, dtype(), shape()), device());
+  return assign_(c);
+}
+
+const Tensor& Tensor::copy_(const Tensor& src) const {
+  Tensor s = src;
+  if (!(src.device() == device())) s = src.to(device());
+  return assign_(s.dtype() == dtype() ? s : s.to(dtype()));
+}
+
+const Tensor& Tensor::uniform_(double a, double b) const {
+  NoGradGuard g;
+  Tensor r = rand(shape(), DType::f64, tessel::cpu());
+  return copy_(binary_op(ir::Op::Add, binary_op(ir::Op::Mul, r, Scalar(b - a)), Scalar(a)));
+}
+
+const Tensor& Tensor::normal_(double mean, double std) const {
+  NoGradGuard g;
+  Tensor r = randn(shape(), DType::f64, tessel::cpu());
+  return copy_(binary_op(ir::Op::Add, binary_op(ir::Op::Mul, r, Scalar(std)), Scalar(mean)));
+}
+
+// ------------------------------------------------------------- autograd
+
+bool Tensor::requires_grad() const { return defined() && impl_->node && impl_->node->requires_grad; }
+
+const Tensor& Tensor::requires_grad_(bool on) const {
+  check_defined("requires_grad_");
+  if (!is_leaf() && !on)
+    throw ValueError("requires_grad_(false) on a non-leaf tensor; use detach() to cut it from the graph");
+  if (!is_floating(dtype()) && on)
+    throw DTypeError(fmt::format("requires_grad_: only floating tensors can require gradients, this one is {}",
+                                 dtype_name(dtype())));
+  if (!is_leaf()) return *this;
+  // A fresh leaf node owned by this tensor: its identity is the gradient's target.
+  const ir::BufferView& v = buffer();
+  impl_->node = ir::input(v, dtype(), shape(), on, on ? std::weak_ptr<void>(impl_) : std::weak_ptr<void>());
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  check_defined("grad");
+  return impl_->grad ? Tensor(impl_->grad) : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  check_defined("set_grad");
+  impl_->grad = g.impl_ptr();
+}
+
+bool Tensor::is_leaf() const { return !defined() || impl_->is_leaf || !impl_->node || !impl_->node->requires_grad; }
+
+const Tensor& Tensor::retain_grad() const {
+  if (!is_leaf()) {
+    impl_->retains_grad = true;
+    impl_->node->owner = impl_;
+  }
+  return *this;
+}
+
+std::string Tensor::grad_fn_name() const {
+  if (is_leaf()) return {};
+  return autodiff::grad_fn_name(*impl_->node);
+}
+
+void Tensor::backward(const Tensor& gradient) const {
+  check_defined("backward");
+  if (!requires_grad())
+    throw ValueError("backward: this tensor does not require grad and has no grad_fn; did you forget "
+                     "requires_grad_() on a leaf, or build it inside NoGradGuard?");
+  Tensor seed = gradient;
+  if (!seed.defined()) {
+    if (numel() != 1)
+      throw ValueError(fmt::format("backward: grad can be implicitly created only for one-element outputs; this one "
+                                   "has shape {} -- pass a gradient of that shape",
+                                   shape().str()));
+    seed = ones(shape(), dtype(), device());
+  } else if (!(seed.shape() == shape())) {
+    throw ShapeError(fmt::format("backward: gradient has shape {} but the tensor has shape {}", seed.shape().str(),
+                                 shape().str()));
+  }
+  NoGradGuard no_grad;
+  std::vector<autodiff::LeafGrad> grads = autodiff::gradients(node(), seed.node());
+  std::vector<Tensor> values;
+  for (auto& lg : grads) values.push_back(from_node(lg.grad, device()));
+  realize(values);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    auto owner = std::static_pointer_cast<TensorImpl>(grads[i].leaf->owner.lock());
+    if (!owner) continue;
+    Tensor target(owner);
+    Tensor g = values[i];
+    if (owner->grad) {
+      Tensor acc = add(Tensor(owner->grad), g);
+      acc.eval();
+      owner->grad = acc.detach().impl_ptr();
+    } else {
+      owner->grad = g.detach().impl_ptr();
+    }
+  }
+}
+
+}  // namespace tessel

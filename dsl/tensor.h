@@ -1,0 +1,276 @@
+// Tensor: a handle to a value that is either realized (memory on a device)
+// or an unevaluated IR node. Ops on tensors build IR; nothing runs until a
+// value is needed (item(), printing, host copy, save, control flow on a
+// value, eval()).
+//
+//   Tensor x = rand({2, 20});
+//   Tensor h = relu(x.matmul(w.t()) + b);   // builds IR only
+//   fmt::print("{}\n", h.sum());              // realizes and prints
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/grad_mode.h"
+#include "codegen/ir.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/errors.h"
+#include "runtime/shape.h"
+
+namespace tessel {
+
+class Tensor;
+
+/// Shared state behind Tensor handles; the same TensorImpl is the same tensor.
+struct TensorImpl {
+  ir::NodePtr node;              // the value (Input leaf when realized from memory)
+  Device device;
+  bool is_leaf = true;           // made by the user, not computed by an op
+  std::shared_ptr<TensorImpl> grad;  // accumulated by backward (leaves)
+  bool retains_grad = false;
+  enum class Kind : uint8_t { tensor, parameter, uninitialized_parameter } kind = Kind::tensor;
+};
+
+/// A number that becomes a tensor constant when mixed with tensors.
+struct Scalar {
+  ir::ScalarValue v;
+  DType natural;  // b8, i64 or f32: the dtype it has on its own
+  Scalar(double x) : v(ir::ScalarValue::of(x)), natural(DType::f32) {}
+  Scalar(float x) : Scalar(static_cast<double>(x)) {}
+  Scalar(int x) : v(ir::ScalarValue::of_int(x)), natural(DType::i64) {}
+  Scalar(int64_t x) : v(ir::ScalarValue::of_int(x)), natural(DType::i64) {}
+  Scalar(bool x) : v(ir::ScalarValue::of_int(x)), natural(DType::b8) {}
+};
+
+/// Nested initializer lists: tensor({{1, 2}, {3, 4}}).
+struct NestedList {
+  std::vector<double> values;
+  Shape shape;
+  bool all_int = true;
+  NestedList(double x) : values{x}, all_int(false) {}
+  NestedList(int x) : values{static_cast<double>(x)} {}
+  NestedList(std::initializer_list<NestedList> items);
+};
+
+class Tensor {
+ public:
+  /// An undefined tensor (no value); `defined()` is false.
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  /// A tensor computed by `node` (lazy until needed).
+  static Tensor from_node(ir::NodePtr node, Device device);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Shape& sizes() const { return shape(); }
+  int64_t dim() const { return shape().rank(); }
+  int64_t size(int64_t d) const;
+  int64_t numel() const { return shape().numel(); }
+  DType dtype() const;
+  Device device() const;
+
+  // --- realization ---
+  /// Computes the value now (no-op when realized); returns *this.
+  const Tensor& eval() const;
+  bool is_realized() const;
+  /// The realized memory view (realizes first).
+  const ir::BufferView& buffer() const;
+  Strides strides() const { return buffer().strides; }
+  bool is_contiguous() const;
+  /// The single value of a one-element tensor, converted to T.
+  template <class T = double> T item() const;
+  /// Every value in row-major order, on the host, converted to T.
+  template <class T> std::vector<T> to_vector() const;
+  /// Boolean value of a one-element tensor (control flow on values).
+  explicit operator bool() const;
+
+  // --- views and copies ---
+  Tensor reshape(std::vector<int64_t> s) const;
+  Tensor view(std::vector<int64_t> s) const { return reshape(std::move(s)); }
+  Tensor flatten(int64_t start = 0, int64_t end = -1) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;
+  Tensor permute(std::vector<int64_t> order) const;
+  Tensor unsqueeze(int64_t d) const;
+  Tensor squeeze(int64_t d) const;
+  Tensor expand(std::vector<int64_t> s) const;
+  /// Element `i` along dim 0: a view that shares memory (t[0][0] = 42 writes through).
+  Tensor operator[](int64_t i) const { return select(0, i); }
+  Tensor select(int64_t dim, int64_t i) const;
+  /// Elements [start, end) with `step` along `dim` (negative start/end count from the end).
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor contiguous() const;
+  Tensor clone() const;
+  /// Same memory, cut from autograd history.
+  Tensor detach() const;
+  /// The value without autograd: a detached view of the same memory (writes go through).
+  Tensor data() const { return detach(); }
+  Tensor to(DType t) const;
+  /// Copy to `d`; returns *this (the same tensor) when already there.
+  Tensor to(Device d) const;
+  Tensor cuda(int i = 0) const { return to(gpu(i)); }
+  Tensor cpu() const { return to(tessel::cpu()); }
+
+  // --- math (lazy) ---
+  Tensor abs() const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor pow(const Scalar& e) const;
+  Tensor pow(const Tensor& e) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor sum() const;
+  Tensor sum(std::vector<int64_t> dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(std::vector<int64_t> dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor max(int64_t dim, bool keepdim = false) const;
+  Tensor min() const;
+  Tensor min(int64_t dim, bool keepdim = false) const;
+  Tensor argmax() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+
+  // --- in-place (write into this tensor's memory, or extend its graph) ---
+  // Handles are shallow: in-place ops are const, as in LibTorch, so they work
+  // on temporaries too (w.data() += 1, t[0] *= 2).
+  const Tensor& operator+=(const Tensor& o) const;
+  const Tensor& operator-=(const Tensor& o) const;
+  const Tensor& operator*=(const Tensor& o) const;
+  const Tensor& operator/=(const Tensor& o) const;
+  const Tensor& operator+=(const Scalar& s) const;
+  const Tensor& operator-=(const Scalar& s) const;
+  const Tensor& operator*=(const Scalar& s) const;
+  const Tensor& operator/=(const Scalar& s) const;
+  /// Writes `v` into every element: t[0][0] = 42.
+  Tensor& operator=(const Scalar& v) &&;
+  /// Copies values from `src` (broadcast) into this tensor's memory: t[0] = other.
+  Tensor& operator=(const Tensor& src) &&;
+  Tensor& operator=(const Tensor& src) & = default;
+  Tensor& operator=(Tensor&& src) & = default;
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) = default;
+  const Tensor& fill_(const Scalar& v) const;
+  const Tensor& zero_() const { return fill_(0.0); }
+  /// Copies `src` into this tensor's memory (broadcasting, casting).
+  const Tensor& copy_(const Tensor& src) const;
+  /// Replaces the values by `value` (same shape): the memory is written when realized,
+  /// else the graph is extended. Used by every in-place op.
+  const Tensor& assign_(const Tensor& value) const;
+  const Tensor& uniform_(double a = 0, double b = 1) const;
+  const Tensor& normal_(double mean = 0, double std = 1) const;
+
+  // --- autograd ---
+  bool requires_grad() const;
+  /// Marks a leaf as one whose gradient backward computes.
+  const Tensor& requires_grad_(bool on = true) const;
+  /// The accumulated gradient; undefined before any backward.
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const;
+  bool is_leaf() const;
+  /// Keeps this non-leaf's gradient after backward.
+  const Tensor& retain_grad() const;
+  /// PyTorch's grad_fn name, e.g. "SumBackward0"; empty for leaves.
+  std::string grad_fn_name() const;
+  /// Back-propagates from this scalar (or with `gradient` of this shape).
+  void backward(const Tensor& gradient = Tensor()) const;
+
+  /// PyTorch-style text: tensor([[1., 2.], ...]).
+  std::string str() const;
+
+  /// The same TensorImpl: identity, not value equality.
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  const ir::NodePtr& node() const;
+
+ protected:
+  void check_defined(const char* what) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// --- creation ---
+Tensor empty(const Shape& s, DType t = DType::f32, Device d = cpu());
+Tensor zeros(const Shape& s, DType t = DType::f32, Device d = cpu());
+Tensor ones(const Shape& s, DType t = DType::f32, Device d = cpu());
+Tensor zeros(const Shape& s, Device d);
+Tensor ones(const Shape& s, Device d);
+Tensor full(const Shape& s, const Scalar& v, DType t = DType::f32, Device d = cpu());
+/// 0, 1, ..., end-1 (int64 like torch.arange with integer bounds).
+Tensor arange(int64_t end, DType t = DType::i64, Device d = cpu());
+Tensor arange(double start, double end, double step = 1, DType t = DType::f32, Device d = cpu());
+/// Uniform in [0, 1), from the global counter-based generator.
+Tensor rand(const Shape& s, DType t = DType::f32, Device d = cpu());
+Tensor randn(const Shape& s, DType t = DType::f32, Device d = cpu());
+Tensor rand(const Shape& s, Device d);
+Tensor randn(const Shape& s, Device d);
+/// From nested lists: tensor({{1., 2.}, {3., 4.}}). Integers give int64, else float32.
+Tensor tensor(const NestedList& values, Device d = cpu());
+Tensor tensor(const NestedList& values, DType t, Device d = cpu());
+/// From a flat vector and a shape (the values are copied).
+template <class T> Tensor from_vector(const std::vector<T>& values, const Shape& s, Device d = cpu());
+/// A tensor over memory this process owns, viewed with `strides`; tessel keeps `storage` alive.
+Tensor from_buffer(ir::BufferView view, DType t, const Shape& s, Device d = cpu());
+
+/// Seeds the global generator (CPU and GPU draw the same numbers).
+void manual_seed(uint64_t seed);
+/// Reserves `n` random words; returns (seed, first counter) for a generator kernel.
+std::pair<uint64_t, uint64_t> reserve_random(uint64_t n);
+
+// --- functional ops (the same ops as the methods; expressions lower to these) ---
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor binary_op(ir::Op op, const Tensor& a, const Tensor& b);
+Tensor binary_op(ir::Op op, const Tensor& a, const Scalar& b);
+Tensor binary_op(ir::Op op, const Scalar& a, const Tensor& b);
+Tensor unary_op(ir::Op op, const Tensor& x);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& x);
+/// A constant tensor holding `s`, typed the way it would be combined with `like`.
+Tensor scalar_like(const Scalar& s, const Tensor& like);
+
+/// Realizes several tensors in one go (one schedule, shared subtrees computed once).
+void realize(const std::vector<Tensor>& ts);
+
+}  // namespace tessel
+
+template <>
+struct fmt::formatter<tessel::Tensor> : fmt::formatter<std::string> {
+  auto format(const tessel::Tensor& t, format_context& ctx) const {
+    return fmt::formatter<std::string>::format(t.str(), ctx);
+  }
+};
+template <>
+struct fmt::formatter<tessel::Shape> : fmt::formatter<std::string> {
+  auto format(const tessel::Shape& s, format_context& ctx) const {
+    return fmt::formatter<std::string>::format(s.str(), ctx);
+  }
+};
+template <>
+struct fmt::formatter<tessel::DType> : fmt::formatter<std::string_view> {
+  auto format(tessel::DType t, format_context& ctx) const {
+    return fmt::formatter<std::string_view>::format(tessel::dtype_name(t), ctx);
+  }
+};
+template <>
+struct fmt::formatter<tessel::Device> : fmt::formatter<std::string> {
+  auto format(const tessel::Device& d, format_context& ctx) const {
+    return fmt::formatter<std::string>::format(d.str(), ctx);
+  }
+};

@@ -1,0 +1,11 @@
+// tessel: deep-learning models as C++ expression trees, fused and compiled.
+//
+//   #include "dsl/tessel.h"
+//   using namespace tessel;
+//   Tensor x = rand({2, 20});
+//   nn::Sequential net(nn::LazyLinear(256), nn::ReLU(), nn::LazyLinear(10));
+//   fmt::print("{}\n", net(x).shape());   // [2, 10]
+#pragma once
+
+#include "dsl/expr.h"
+#include "dsl/tensor.h"
