@@ -83,12 +83,16 @@ NodePtr constant(ScalarValue v, DType dtype, Shape shape) {
 
 NodePtr cast(NodePtr x, DType to) {
   if (x->dtype == to) return x;
-  return make(Op::Cast, to, x->shape, {std::move(x)});
+  Shape s = x->shape;  // read before x is moved: argument order is unspecified
+  return make(Op::Cast, to, std::move(s), {std::move(x)});
 }
 
 NodePtr unary(Op op, NodePtr x) {
   TESSEL_ASSERT("builders", op_category(op) == Category::Unary && op != Op::Cast);
-  if (op == Op::Not) return make(op, DType::b8, x->shape, {cast(std::move(x), DType::b8)});
+  if (op == Op::Not) {
+    Shape s = x->shape;
+    return make(op, DType::b8, std::move(s), {cast(std::move(x), DType::b8)});
+  }
   if (x->dtype == DType::b8 && (op == Op::Neg))
     throw DTypeError("neg: negation of a bool tensor is not supported; use logical_not (operator!) instead");
   if (is_half(x->dtype)) {

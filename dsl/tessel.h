@@ -8,4 +8,7 @@
 #pragma once
 
 #include "dsl/expr.h"
+#include "dsl/functional.h"
+#include "dsl/nn/nn.h"
+#include "dsl/ordered_dict.h"
 #include "dsl/tensor.h"

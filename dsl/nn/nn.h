@@ -1,0 +1,9 @@
+// The module system: Module, Parameter, layers, containers, initializers.
+#pragma once
+
+#include "dsl/nn/init.h"
+#include "dsl/nn/layers.h"
+#include "dsl/nn/linear.h"
+#include "dsl/nn/module.h"
+#include "dsl/nn/parameter.h"
+#include "dsl/nn/sequential.h"

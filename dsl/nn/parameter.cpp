@@ -1,0 +1,36 @@
+#include "dsl/nn/parameter.h"
+
+#include "codegen/builders.h"
+
+namespace tessel::nn {
+
+Parameter::Parameter(const Tensor& value, bool requires_grad) {
+  impl_ = std::make_shared<TensorImpl>();
+  impl_->kind = TensorImpl::Kind::parameter;
+  impl_->device = value.device();
+  set_value(value);
+  if (!requires_grad) requires_grad_(false);
+}
+
+Parameter Parameter::uninitialized() {
+  Parameter p;
+  p.impl_ = std::make_shared<TensorImpl>();
+  p.impl_->kind = TensorImpl::Kind::uninitialized_parameter;
+  return p;
+}
+
+void Parameter::materialize(const Shape& shape, DType dtype, Device device) {
+  set_value(empty(shape, dtype, device));
+}
+
+void Parameter::set_value(const Tensor& value) {
+  if (!impl_) throw ValueError("Parameter::set_value on an undefined parameter");
+  const ir::BufferView& v = value.buffer();
+  bool rg = impl_->node ? impl_->node->requires_grad : true;
+  impl_->node = ir::input(v, value.dtype(), value.shape(), rg, rg ? std::weak_ptr<void>(impl_) : std::weak_ptr<void>());
+  impl_->device = value.device();
+  impl_->kind = TensorImpl::Kind::parameter;
+  impl_->is_leaf = true;
+}
+
+}  // namespace tessel::nn
