@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dsl/tessel.h"
+#include "dsl/train/trainer.h"
 
 using namespace tessel;
 
@@ -112,4 +113,9 @@ int main() {
   fmt::print("S7.7 batch on {}: {}\n", where, py_bool(batch[0].device() == where && batch[1].device() == where));
   fmt::print("S7.7 model on {}: {}\n", where, py_bool(model[0].as<nn::Linear>()->weight.device() == where));
   fmt::print("S7.7 model(batch[0]).shape: {}\n", model(batch[0]).shape());
+
+  // tessel's own trainer (train::Trainer) has the same three pieces built in.
+  train::Trainer lib({.max_epochs = 3, .num_gpus = 1, .gradient_clip_val = 1.0, .progress = false});
+  auto [bx, by] = lib.prepare_batch({ones({4, 3}), zeros({4, 1})});
+  fmt::print("S7.7 train::Trainer runs on {}; its batch is on {}\n", lib.device(), bx.device());
 }
