@@ -3,6 +3,8 @@
 # Idempotent: apt-get runs only when a package is missing.
 #   scripts/setup-deps.sh            build + test dependencies
 #   scripts/setup-deps.sh --bench    also the benchmark peers (LibTorch)
+# The interop test's Python side (PyTorch and numpy from Debian, safetensors
+# from PyPI) goes into a venv at $TESSEL_PYENV (default ~/.cache/tessel-pyenv).
 set -euo pipefail
 
 pkgs=(
@@ -19,6 +21,7 @@ pkgs=(
   libbenchmark-dev      # make bench
   dataset-fashion-mnist # the demo's data
   gnuplot-nox           # training curves as PNG
+  python3-torch python3-numpy python3-venv  # interop test (ctest -L interop)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(libtorch-dev)
@@ -33,12 +36,23 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup-deps: all ${#pkgs[@]} packages present"
-  exit 0
+else
+  echo "setup-deps: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup-deps: installing ${missing[*]}"
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Debian's /usr/bin/python3 is the one that sees python3-torch; the venv adds
+# safetensors from PyPI on top of the system packages.
+SAFETENSORS_VERSION=0.8.0
+pyenv="${TESSEL_PYENV:-$HOME/.cache/tessel-pyenv}"
+if "$pyenv/bin/python" -c "import safetensors, sys; sys.exit(safetensors.__version__ != '$SAFETENSORS_VERSION')" 2>/dev/null; then
+  echo "setup-deps: $pyenv has safetensors $SAFETENSORS_VERSION"
+else
+  echo "setup-deps: creating $pyenv with safetensors $SAFETENSORS_VERSION"
+  /usr/bin/python3 -m venv --system-site-packages "$pyenv"
+  "$pyenv/bin/python" -m pip install -q --disable-pip-version-check "safetensors==$SAFETENSORS_VERSION"
+fi

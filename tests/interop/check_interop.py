@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Interop test (ctest label interop): tessel's checkpoints open in Python's
+safetensors and PyTorch, and files written by them open in tessel.
+
+  check_interop.py --tool build/tests/interop/interop_tool --dir WORKDIR
+
+Needs Debian's python3-torch/python3-numpy and PyPI's safetensors in the venv
+that scripts/setup-deps.sh creates (TESSEL_PYENV, default
+~/.cache/tessel-pyenv). Missing dependencies are a failure, never a skip.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SETUP_HINT = "run scripts/setup-deps.sh to install the interop test's Python dependencies"
+
+
+def pyenv_dir():
+    return Path(os.environ.get("TESSEL_PYENV", Path.home() / ".cache" / "tessel-pyenv"))
+
+
+def import_deps():
+    """Imports numpy, torch and safetensors, re-running this script in the
+    venv from scripts/setup-deps.sh when the current Python lacks them."""
+    try:
+        import numpy  # noqa: F401
+        import safetensors  # noqa: F401
+        import torch  # noqa: F401
+        return
+    except ImportError as e:
+        missing = e.name
+    venv_python = pyenv_dir() / "bin" / "python"
+    if venv_python.exists() and Path(sys.executable).absolute() != venv_python.absolute():
+        os.execv(str(venv_python), [str(venv_python), *sys.argv])
+    print(f"interop: FAIL: Python module '{missing}' not found (tried {sys.executable}"
+          f" and {venv_python}); {SETUP_HINT}", file=sys.stderr)
+    sys.exit(1)
+
+
+import_deps()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from safetensors.numpy import load_file as np_load, save_file as np_save  # noqa: E402
+from safetensors.torch import load_file as pt_load, save_file as pt_save  # noqa: E402
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def run_tool(tool, *args):
+    r = subprocess.run([tool, *map(str, args)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"interop: FAIL: {tool} {' '.join(map(str, args))} exited "
+                         f"{r.returncode}:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def tessel_read(tool, path):
+    """name -> (dtype, shape, sum, first values) as tessel sees the file."""
+    out = {}
+    for line in run_tool(tool, "read", path).splitlines():
+        name, dtype, shape, total, *first = line.split()
+        dims = tuple(int(d) for d in shape.strip("[]").split(",") if d)
+        out[name] = (dtype, dims, float(total), [float(v) for v in first])
+    return out
+
+
+def torch_dtype_name(t):
+    return str(t.dtype).removeprefix("torch.")
+
+
+def same_view(name, dtype, values, seen):
+    """Compares a tensor's dtype, shape, sum and first values (values: a
+    float64 numpy array) with tessel's `read` line for it."""
+    if not check(name in seen, f"tessel sees '{name}'"):
+        return
+    t_dtype, t_shape, t_sum, t_first = seen[name]
+    flat = values.reshape(-1)
+    total = float(np.sum(flat))
+    scale = max(1.0, float(np.sum(np.abs(flat))))
+    check(t_dtype == dtype and t_shape == tuple(values.shape)
+          and abs(t_sum - total) <= 1e-12 * scale
+          and t_first == flat[:4].tolist(),
+          f"'{name}': tessel {t_dtype}{list(t_shape)} sum {t_sum} first {t_first}; "
+          f"python {dtype}{list(values.shape)} sum {total} first {flat[:4].tolist()}")
+
+
+def expand_aliases(path, tensors):
+    """PyTorch readers see every state_dict name: tied names are stored once
+    and listed in metadata `tessel.aliases` (alias -> stored name)."""
+    with safe_open(str(path), framework="np") as f:
+        meta = f.metadata() or {}
+    aliases = json.loads(meta.get("tessel.aliases", "{}"))
+    out = dict(tensors)
+    for alias, stored in aliases.items():
+        out[alias] = tensors[stored]
+    return meta, aliases, out
+
+
+def check_tessel_files_in_python(tool, d):
+    """(a) safetensors.numpy reads tessel's checkpoints."""
+    for fname, n_stored, n_aliases in [("mlp.safetensors", 4, 0), ("mlp_tied.safetensors", 6, 2)]:
+        path = d / fname
+        stored = np_load(str(path))
+        meta, aliases, full = expand_aliases(path, stored)
+        keys = json.loads(meta.get("tessel.keys", "null"))
+        check(meta.get("tessel.kind") == "dict", f"{fname}: tessel.kind is dict ({meta.get('tessel.kind')})")
+        check(len(stored) == n_stored and len(aliases) == n_aliases,
+              f"{fname}: {len(stored)} stored tensors, {len(aliases)} aliases "
+              f"(expected {n_stored}, {n_aliases})")
+        check(all(a not in stored and s in stored for a, s in aliases.items()),
+              f"{fname}: aliases name stored tensors and are not stored themselves")
+        check(keys is not None and sorted(keys) == sorted(full),
+              f"{fname}: tessel.keys {keys} cover the stored names and aliases {sorted(full)}")
+        seen = tessel_read(tool, path)
+        check(sorted(seen) == sorted(full), f"{fname}: same names in tessel and python")
+        for name, arr in full.items():
+            same_view(name, str(arr.dtype), arr.astype(np.float64), seen)
+    io = np_load(str(d / "io.safetensors"))
+    check(io["x"].shape == (4, 20) and io["x"].dtype == np.float32, "io.safetensors: x is f32 [4, 20]")
+    same_view("y", "float32", io["y"].astype(np.float64), tessel_read(tool, d / "io.safetensors"))
+
+
+def python_tensors():
+    rng = np.random.default_rng(7)
+    f = rng.standard_normal((2, 3, 4))
+    return {
+        "f32": (f * 3).astype(np.float32),
+        "f64": f * 1e10,
+        "i64": rng.integers(-2**62, 2**62, size=(5,), dtype=np.int64),
+        "i32": rng.integers(-2**31, 2**31 - 1, size=(3, 2), dtype=np.int32),
+        "bool": rng.integers(0, 2, size=(7,)).astype(np.bool_),
+        "f16": np.array([[0.5, -1.25, 65504.0], [6e-8, -0.0, 3.140625]], dtype=np.float16),
+        "scalar_f32": np.array(2.5, dtype=np.float32),
+        "empty_f32": np.zeros((0, 3), dtype=np.float32),
+    }
+
+
+def check_python_files_in_tessel(tool, d):
+    """(b) tessel reads files written by safetensors.numpy / safetensors.torch,
+    and what it writes back is bit-identical."""
+    arrays = python_tensors()
+    np_path, np_back = d / "from_numpy.safetensors", d / "from_numpy.tessel.safetensors"
+    np_save(arrays, str(np_path))
+    seen = tessel_read(tool, np_path)
+    check(sorted(seen) == sorted(arrays), f"from_numpy: tessel sees {sorted(seen)}")
+    for name, arr in arrays.items():
+        same_view(name, str(arr.dtype), arr.astype(np.float64), seen)
+    run_tool(tool, "copy", np_path, np_back)
+    back = np_load(str(np_back))
+    for name, arr in arrays.items():
+        b = back.get(name)
+        check(b is not None and b.dtype == arr.dtype and b.shape == arr.shape
+              and b.tobytes() == arr.tobytes(), f"from_numpy: '{name}' round-trips bit-exactly")
+
+    g = torch.Generator().manual_seed(7)
+    tensors = {
+        "bf16": (torch.randn(3, 5, generator=g) * 100).to(torch.bfloat16),
+        "bf16_special": torch.tensor([1.0, -0.0, 3.0e38, 1e-40, 0.0078125], dtype=torch.bfloat16),
+        "f32": torch.randn(4, generator=g),
+    }
+    pt_path, pt_back = d / "from_torch.safetensors", d / "from_torch.tessel.safetensors"
+    pt_save(tensors, str(pt_path))
+    seen = tessel_read(tool, pt_path)
+    for name, t in tensors.items():
+        same_view(name, torch_dtype_name(t), t.double().numpy(), seen)
+    run_tool(tool, "copy", pt_path, pt_back)
+    back = pt_load(str(pt_back))
+    for name, t in tensors.items():
+        b = back.get(name)
+        check(b is not None and b.dtype == t.dtype and b.shape == t.shape
+              and torch.equal(b.view(torch.int16) if t.dtype == torch.bfloat16 else b,
+                              t.view(torch.int16) if t.dtype == torch.bfloat16 else t),
+              f"from_torch: '{name}' round-trips bit-exactly")
+
+
+def check_torch_loads_tessel_mlp(d):
+    """(c) PyTorch loads tessel's state dicts into the same nn.Sequential and
+    reproduces tessel's outputs."""
+    io = pt_load(str(d / "io.safetensors"))
+    x = io["x"]
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(20, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    shared = torch.nn.Linear(32, 32)
+    tied = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), shared, torch.nn.ReLU(),
+                               shared, torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    for fname, model, y_name in [("mlp.safetensors", mlp, "y"), ("mlp_tied.safetensors", tied, "y_tied")]:
+        path = d / fname
+        _, _, sd = expand_aliases(path, pt_load(str(path)))
+        try:
+            model.load_state_dict(sd, strict=True)
+            loaded = True
+        except RuntimeError as e:
+            loaded = False
+            print(e)
+        if not check(loaded, f"{fname}: torch load_state_dict(strict=True)"):
+            continue
+        with torch.no_grad():
+            y = model(x)
+        diff = float((y - io[y_name]).abs().max())
+        check(y.shape == io[y_name].shape and diff <= 1e-6,
+              f"{fname}: torch output matches tessel's {y_name} (max abs diff {diff:.3g})")
+    check(tied[2].weight is tied[4].weight, "mlp_tied: torch module stays tied after loading")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True, help="path to interop_tool")
+    ap.add_argument("--dir", required=True, help="scratch folder")
+    args = ap.parse_args()
+    d = Path(args.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    import safetensors
+    print(f"python {sys.version.split()[0]} ({sys.executable}), numpy {np.__version__}, "
+          f"torch {torch.__version__}, safetensors {safetensors.__version__}")
+
+    run_tool(args.tool, "write-mlp", d)
+    check_tessel_files_in_python(args.tool, d)
+    check_python_files_in_tessel(args.tool, d)
+    check_torch_loads_tessel_mlp(d)
+    if failures:
+        print(f"interop: {len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print("interop: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

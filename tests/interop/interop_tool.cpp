@@ -1,0 +1,80 @@
+// The C++ half of the interop test (check_interop.py is the Python half).
+//   interop_tool write-mlp DIR   MLP + tied MLP state dicts, inputs and outputs
+//   interop_tool read FILE       one line per tensor: name dtype [shape] sum first-values
+//   interop_tool copy IN OUT     load IN and save its entries again as OUT
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+
+#include "dsl/io.h"
+#include "dsl/tessel.h"
+
+using namespace tessel;
+namespace fs = std::filesystem;
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: interop_tool write-mlp DIR | read FILE | copy IN OUT\n");
+  return 2;
+}
+
+// The MLP of S6.3 and a variant whose middle layer is used twice (tied).
+int write_mlp(const fs::path& dir) {
+  fs::create_directories(dir);
+  manual_seed(42);
+  nn::Sequential mlp(nn::LazyLinear(256), nn::ReLU(), nn::LazyLinear(10));
+  nn::LazyLinear shared(32);
+  nn::Sequential tied(nn::LazyLinear(32), nn::ReLU(), shared, nn::ReLU(), shared, nn::ReLU(),
+                      nn::LazyLinear(10));
+  Tensor x = rand({4, 20});
+  Tensor y = mlp(x);
+  Tensor y_tied = tied(x);
+  save(mlp->state_dict(), dir / "mlp.safetensors");
+  save(tied->state_dict(), dir / "mlp_tied.safetensors");
+  save(OrderedDict<Tensor>{{"x", x}, {"y", y}, {"y_tied", y_tied}}, dir / "io.safetensors");
+  return 0;
+}
+
+std::string shape_str(const Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? "," : "") + std::to_string(t.size(d));
+  return s + "]";
+}
+
+int read(const fs::path& file) {
+  Checkpoint ck = load(file);
+  for (auto& [name, t] : ck.dict()) {
+    auto v = t.to_vector<double>();
+    double sum = 0;
+    for (double e : v) sum += e;
+    std::printf("%s %s %s %.17g", name.c_str(), std::string(dtype_torch_name(t.dtype())).c_str(),
+                shape_str(t).c_str(), sum);
+    for (size_t i = 0; i < v.size() && i < 4; ++i) std::printf(" %.17g", v[i]);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int copy(const fs::path& in, const fs::path& out) {
+  save(load_dict(in), out);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return usage();
+  std::string cmd = argv[1];
+  try {
+    if (cmd == "write-mlp") return write_mlp(argv[2]);
+    if (cmd == "read") return read(argv[2]);
+    if (cmd == "copy" && argc == 4) return copy(argv[2], argv[3]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "interop_tool %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+  return usage();
+}
