@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The check to run on a machine with an NVIDIA GPU and CUDA 13 (no network
+# needed): configure and build tessel in Release in build-gpu/, run the tests
+# labelled gpu or nvrtc, print one summary line. Ends within 8 minutes: each
+# stage gets what is left of the budget.
+#
+#   scripts/gpu-check.sh
+#   BUILD_DIR=/tmp/tessel-gpu JOBS=16 scripts/gpu-check.sh
+#
+# Exit status 0 when everything built and passed. The full log is in
+# <build dir>/gpu-check.log; a failing test's output is printed above the summary.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build-gpu}
+jobs=${JOBS:-$(nproc)}
+budget=${GPU_CHECK_BUDGET_S:-465}  # 7:45, leaving room under 8 minutes
+labels='gpu|nvrtc'
+start=$(date +%s)
+mkdir -p "$build"
+log=$build/gpu-check.log
+: >"$log"
+
+left() { echo $((budget - ($(date +%s) - start))); }
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/, / driver /')
+gpu=${gpu:-"no GPU visible to nvidia-smi"}
+
+summary() {  # status, details
+  echo "gpu-check: $1 - $2; GPU: $gpu; $(($(date +%s) - start)) s total; log $log"
+}
+
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+
+t0=$(date +%s)
+if ! timeout "$(left)" cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DTESSEL_BUILD_TESTS=ON -DTESSEL_BUILD_SAMPLES=OFF -DTESSEL_BUILD_BENCH=OFF -DTESSEL_BUILD_FUZZ=OFF \
+  >>"$log" 2>&1; then
+  tail -n 30 "$log"
+  summary FAIL "configure failed"
+  exit 1
+fi
+if ! grep -q "NVRTC found" "$log"; then
+  echo "warning: CMake did not find NVRTC; nvrtc tests will only check the fallback" | tee -a "$log"
+fi
+configure_s=$(($(date +%s) - t0))
+
+t0=$(date +%s)
+# Leave at least 90 s for the tests.
+build_limit=$(($(left) - 90))
+if ((build_limit < 30)); then build_limit=30; fi
+timeout "$build_limit" cmake --build "$build" --parallel "$jobs" >>"$log" 2>&1
+rc=$?
+build_s=$(($(date +%s) - t0))
+if ((rc != 0)); then
+  grep -E "error|Error" "$log" | tail -n 30
+  if ((rc == 124)); then summary FAIL "build did not finish in ${build_limit} s"; else summary FAIL "build failed"; fi
+  exit 1
+fi
+
+t0=$(date +%s)
+test_out=$build/gpu-check-ctest.txt
+timeout "$(left)" ctest --test-dir "$build" -L "$labels" --output-on-failure --timeout 180 -j 4 >"$test_out" 2>&1
+rc=$?
+cat "$test_out" >>"$log"
+tests_s=$(($(date +%s) - t0))
+result=$(grep -E "tests passed" "$test_out" | tail -n 1)
+if ! grep -q "Start" "$test_out"; then result="no tests labelled $labels ran"; rc=1; fi
+
+# What the NVRTC timing test measured, and whether the GPU tests ran or skipped.
+timing=$(grep -ho "median compile of a small kernel: .*" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | head -1)
+if [[ -z "$timing" ]]; then
+  nvrtc_bin=$(find "$build" -name nvrtc_tests -type f -perm -u+x | head -1)
+  if [[ -n "$nvrtc_bin" ]]; then
+    timing=$(timeout 60 "$nvrtc_bin" "[timing]" 2>/dev/null | grep -o "median compile of a small kernel: .*" | head -1)
+  fi
+fi
+skipped=""
+if grep -q "no GPU: skipped" "$build"/Testing/Temporary/LastTest.log 2>/dev/null; then
+  skipped=" (gpu tests SKIPPED: tessel saw no CUDA device)"
+fi
+
+details="${result:-ctest gave no result}${skipped}; NVRTC ${timing:-timing not found}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
+if ((rc == 0)); then
+  summary PASS "$details"
+  exit 0
+fi
+grep -E "Failed|\*\*\*" "$test_out" | head -n 20
+if ((rc == 124)); then details="tests did not finish in time; $details"; fi
+summary FAIL "$details"
+exit 1
