@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "codegen/cpu/cpu_backend.h"
 #include "runtime/errors.h"
 
 namespace tessel {
@@ -19,7 +20,13 @@ Backend& cpu_backend() {
     const char* e = std::getenv("TESSEL_BACKEND");
     return std::string(e ? e : "");
   }();
-  if (choice == "ref" || !g_compiled_cpu) return ref_backend();
+  // Referencing the compiled backend links it in (it registers itself at
+  // start-up); null in a build without LLVM.
+  static Backend* const compiled = cpu_jit_backend();
+  if (choice == "ref") return ref_backend();
+  if (g_compiled_cpu) return *g_compiled_cpu;
+  if (choice == "cpu" && compiled) return *compiled;
+  return ref_backend();
   return *g_compiled_cpu;
 }
 

@@ -1,0 +1,405 @@
+#include "codegen/cpu/llvm_emitter.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <fmt/format.h>
+
+#include <functional>
+
+#include "runtime/errors.h"
+
+namespace tessel::cpujit {
+
+using ir::Op;
+using kir::Stmt;
+using kir::StmtKind;
+using llvm::Value;
+
+namespace {
+
+struct Emitter {
+  const kir::Kernel& k;
+  llvm::LLVMContext& ctx;
+  llvm::Module* m;
+  llvm::IRBuilder<> b;
+  llvm::Function* fn = nullptr;
+  std::vector<Value*> ptrs;                 // per param
+  std::vector<Value*> dims;                 // domain extents
+  std::vector<Value*> off;                  // per slot
+  std::vector<std::vector<Value*>> st;      // per slot, per dim
+  std::vector<Value*> consts;               // per constant slot, as the compute type
+  llvm::MDNode *in_list = nullptr, *out_list = nullptr;
+
+  Emitter(const kir::Kernel& kk, llvm::LLVMContext& c, llvm::Module* mm) : k(kk), ctx(c), m(mm), b(c) {}
+
+  llvm::Type* cty(DType t) {
+    switch (t) {
+      case DType::f32: return b.getFloatTy();
+      case DType::f64: return b.getDoubleTy();
+      case DType::i64: return b.getInt64Ty();
+      case DType::i32: return b.getInt32Ty();
+      case DType::b8: return b.getInt1Ty();
+      case DType::f16: case DType::bf16: return b.getInt16Ty();
+    }
+    return nullptr;
+  }
+  llvm::Type* mty(DType t) { return t == DType::b8 ? b.getInt8Ty() : cty(t); }
+  static bool flt(DType t) { return t == DType::f32 || t == DType::f64; }
+  static bool sint(DType t) { return t == DType::i32 || t == DType::i64; }
+
+  // for (i = lo; i < hi; ++i) body(i)
+  void loop(Value* lo, Value* hi, const std::function<void(Value*)>& body, const char* name) {
+    auto* pre = b.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx, name, fn);
+    auto* exit = llvm::BasicBlock::Create(ctx, std::string(name) + ".exit", fn);
+    b.CreateCondBr(b.CreateICmpSLT(lo, hi), head, exit);
+    b.SetInsertPoint(head);
+    auto* i = b.CreatePHI(b.getInt64Ty(), 2, name);
+    i->addIncoming(lo, pre);
+    body(i);
+    Value* next = b.CreateAdd(i, b.getInt64(1), "", true, true);
+    i->addIncoming(next, b.GetInsertBlock());
+    b.CreateCondBr(b.CreateICmpSLT(next, hi), head, exit);
+    b.SetInsertPoint(exit);
+  }
+
+  Value* call_math(const char* base, Value* x) {
+    llvm::Type* t = x->getType();
+    std::string name = std::string(base) + (t->isFloatTy() ? "f" : "");
+    llvm::FunctionCallee f = m->getOrInsertFunction(name, llvm::FunctionType::get(t, {t}, false));
+    auto* decl = llvm::cast<llvm::Function>(f.getCallee());
+    decl->setDoesNotAccessMemory();
+    decl->setDoesNotThrow();
+    decl->addFnAttr(llvm::Attribute::WillReturn);
+    auto* c = b.CreateCall(f, {x});
+    c->setDoesNotAccessMemory();
+    return c;
+  }
+  Value* intrinsic(llvm::Intrinsic::ID id, std::vector<Value*> a) {
+    return b.CreateCall(llvm::Intrinsic::getDeclaration(m, id, {a[0]->getType()}), a);
+  }
+
+  Value* cast(Value* v, DType src, DType dst) {
+    if (src == dst) return v;
+    if (!flt(src)) {  // integers and bool go through int64, then double for floats (as ref)
+      Value* i = src == DType::b8 ? b.CreateZExt(v, b.getInt64Ty()) : b.CreateSExtOrTrunc(v, b.getInt64Ty());
+      switch (dst) {
+        case DType::f32: return b.CreateFPTrunc(b.CreateSIToFP(i, b.getDoubleTy()), b.getFloatTy());
+        case DType::f64: return b.CreateSIToFP(i, b.getDoubleTy());
+        case DType::i64: return i;
+        case DType::i32: return b.CreateTrunc(i, b.getInt32Ty());
+        case DType::b8: return b.CreateICmpNE(i, b.getInt64(0));
+        default: break;
+      }
+    } else {
+      Value* d = src == DType::f64 ? v : b.CreateFPExt(v, b.getDoubleTy());
+      switch (dst) {
+        case DType::f32: return b.CreateFPTrunc(d, b.getFloatTy());
+        case DType::f64: return d;
+        case DType::i64: return b.CreateFPToSI(d, b.getInt64Ty());
+        case DType::i32: return b.CreateTrunc(b.CreateFPToSI(d, b.getInt64Ty()), b.getInt32Ty());
+        case DType::b8: return b.CreateFCmpUNE(d, llvm::ConstantFP::get(b.getDoubleTy(), 0.0));
+        default: break;
+      }
+    }
+    throw InternalError(fmt::format("emit_llvm: no cast {} -> {}", dtype_name(src), dtype_name(dst)));
+  }
+
+  Value* zero(DType t) { return llvm::Constant::getNullValue(cty(t)); }
+  Value* fconst(DType t, double v) { return llvm::ConstantFP::get(cty(t), v); }
+
+  Value* unary(Op op, DType t, Value* x) {
+    if (t == DType::b8) {
+      if (op == Op::Abs || op == Op::Relu) return x;
+      if (op == Op::Not) return b.CreateNot(x);
+    } else if (flt(t)) {
+      switch (op) {
+        case Op::Neg: return b.CreateFNeg(x);
+        case Op::Abs: return b.CreateSelect(b.CreateFCmpOLT(x, zero(t)), b.CreateFNeg(x), x);
+        case Op::Exp: return intrinsic(llvm::Intrinsic::exp, {x});
+        case Op::Log: return intrinsic(llvm::Intrinsic::log, {x});
+        case Op::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, {x});
+        case Op::Tanh: return call_math("tanh", x);
+        case Op::Sigmoid:
+          return b.CreateFDiv(fconst(t, 1.0), b.CreateFAdd(fconst(t, 1.0), intrinsic(llvm::Intrinsic::exp, {b.CreateFNeg(x)})));
+        case Op::Relu: return b.CreateSelect(b.CreateFCmpUGT(x, zero(t)), x, zero(t));
+        case Op::Not: return b.CreateSelect(b.CreateFCmpOEQ(x, zero(t)), fconst(t, 1.0), zero(t));
+        default: break;
+      }
+    } else if (sint(t)) {
+      switch (op) {
+        case Op::Neg: return b.CreateNeg(x);
+        case Op::Abs: return b.CreateSelect(b.CreateICmpSLT(x, zero(t)), b.CreateNeg(x), x);
+        case Op::Relu: return b.CreateSelect(b.CreateICmpSGT(x, zero(t)), x, zero(t));
+        case Op::Not: return b.CreateZExt(b.CreateICmpEQ(x, zero(t)), cty(t));
+        default: break;
+      }
+    }
+    throw InternalError(fmt::format("emit_llvm: no {} on {}", ir::op_name(op), dtype_name(t)));
+  }
+
+  Value* binary(Op op, DType t, Value* x, Value* y) {
+    if (t == DType::b8) {
+      switch (op) {
+        case Op::Add: case Op::Or: case Op::Maximum: return b.CreateOr(x, y);
+        case Op::Mul: case Op::And: case Op::Minimum: return b.CreateAnd(x, y);
+        default: break;
+      }
+    } else if (flt(t)) {
+      switch (op) {
+        case Op::Add: return b.CreateFAdd(x, y);
+        case Op::Sub: return b.CreateFSub(x, y);
+        case Op::Mul: return b.CreateFMul(x, y);
+        case Op::Div: return b.CreateFDiv(x, y);
+        case Op::Pow: return intrinsic(llvm::Intrinsic::pow, {x, y});
+        case Op::Maximum: return b.CreateSelect(b.CreateOr(b.CreateFCmpUNO(x, x), b.CreateFCmpOGT(x, y)), x, y);
+        case Op::Minimum: return b.CreateSelect(b.CreateOr(b.CreateFCmpUNO(x, x), b.CreateFCmpOLT(x, y)), x, y);
+        case Op::And:
+          return b.CreateUIToFP(b.CreateAnd(b.CreateFCmpUNE(x, zero(t)), b.CreateFCmpUNE(y, zero(t))), cty(t));
+        case Op::Or:
+          return b.CreateUIToFP(b.CreateOr(b.CreateFCmpUNE(x, zero(t)), b.CreateFCmpUNE(y, zero(t))), cty(t));
+        default: break;
+      }
+    } else if (sint(t)) {
+      switch (op) {
+        case Op::Add: return b.CreateAdd(x, y);
+        case Op::Sub: return b.CreateSub(x, y);
+        case Op::Mul: return b.CreateMul(x, y);
+        case Op::Maximum: return b.CreateSelect(b.CreateICmpSGT(x, y), x, y);
+        case Op::Minimum: return b.CreateSelect(b.CreateICmpSLT(x, y), x, y);
+        case Op::And: return b.CreateZExt(b.CreateAnd(b.CreateICmpNE(x, zero(t)), b.CreateICmpNE(y, zero(t))), cty(t));
+        case Op::Or: return b.CreateZExt(b.CreateOr(b.CreateICmpNE(x, zero(t)), b.CreateICmpNE(y, zero(t))), cty(t));
+        default: break;
+      }
+    }
+    throw InternalError(fmt::format("emit_llvm: no {} on {}", ir::op_name(op), dtype_name(t)));
+  }
+
+  Value* compare(Op op, DType t, Value* x, Value* y) {
+    using P = llvm::CmpInst::Predicate;
+    P p;
+    bool f = flt(t), u = t == DType::b8;
+    switch (op) {
+      case Op::Eq: p = f ? P::FCMP_OEQ : P::ICMP_EQ; break;
+      case Op::Ne: p = f ? P::FCMP_UNE : P::ICMP_NE; break;
+      case Op::Lt: p = f ? P::FCMP_OLT : u ? P::ICMP_ULT : P::ICMP_SLT; break;
+      case Op::Le: p = f ? P::FCMP_OLE : u ? P::ICMP_ULE : P::ICMP_SLE; break;
+      case Op::Gt: p = f ? P::FCMP_OGT : u ? P::ICMP_UGT : P::ICMP_SGT; break;
+      case Op::Ge: p = f ? P::FCMP_OGE : u ? P::ICMP_UGE : P::ICMP_SGE; break;
+      default: throw InternalError("emit_llvm: unknown comparison");
+    }
+    return f ? b.CreateFCmp(p, x, y) : b.CreateICmp(p, x, y);
+  }
+
+  // Value of a statement list; `load(slot)` gives a load slot's element index.
+  std::vector<Value*> stmts(const std::vector<Stmt>& list, const std::function<Value*(int)>& index, Value* acc,
+                            Value* count) {
+    std::vector<Value*> v;
+    std::vector<DType> t;
+    for (const Stmt& s : list) {
+      Value* r = nullptr;
+      switch (s.kind) {
+        case StmtKind::Load: {
+          int p = k.load_params[static_cast<size_t>(s.slot)];
+          Value* gep = b.CreateInBoundsGEP(mty(s.dtype), ptrs[static_cast<size_t>(p)], index(s.slot));
+          auto* ld = b.CreateLoad(mty(s.dtype), gep);
+          ld->setMetadata(llvm::LLVMContext::MD_alias_scope, in_list);
+          ld->setMetadata(llvm::LLVMContext::MD_noalias, out_list);
+          r = s.dtype == DType::b8 ? b.CreateICmpNE(ld, b.getInt8(0)) : static_cast<Value*>(ld);
+          break;
+        }
+        case StmtKind::Const: r = consts[static_cast<size_t>(s.slot)]; break;
+        case StmtKind::Acc: r = acc; break;
+        case StmtKind::Count: r = cast(count, DType::i64, s.dtype); break;
+        case StmtKind::Op: {
+          auto a = [&](size_t i) { return v[static_cast<size_t>(s.args[i])]; };
+          auto at = [&](size_t i) { return t[static_cast<size_t>(s.args[i])]; };
+          switch (ir::op_category(s.op)) {
+            case ir::Category::Unary: r = s.op == Op::Cast ? cast(a(0), at(0), s.dtype) : unary(s.op, s.dtype, a(0)); break;
+            case ir::Category::Binary: r = binary(s.op, s.dtype, a(0), a(1)); break;
+            case ir::Category::Compare: r = compare(s.op, at(0), a(0), a(1)); break;
+            case ir::Category::Ternary: r = b.CreateSelect(a(0), a(1), a(2)); break;
+            default: throw InternalError("emit_llvm: not an elementwise op");
+          }
+          break;
+        }
+      }
+      v.push_back(r);
+      t.push_back(s.dtype);
+    }
+    return v;
+  }
+
+  void store(Value* val, DType t, Value* idx) {
+    if (t == DType::b8) val = b.CreateZExt(val, b.getInt8Ty());
+    auto* s = b.CreateStore(val, b.CreateInBoundsGEP(mty(t), ptrs[0], idx));
+    s->setMetadata(llvm::LLVMContext::MD_alias_scope, out_list);
+    s->setMetadata(llvm::LLVMContext::MD_noalias, in_list);
+  }
+
+  Value* init_acc() {
+    bool f = k.acc_dtype == DType::f64;
+    switch (k.reduce) {
+      case kir::ReduceKind::Max:
+        return f ? fconst(DType::f64, -INFINITY) : static_cast<Value*>(b.getInt64(INT64_MIN));
+      case kir::ReduceKind::Min:
+        return f ? fconst(DType::f64, INFINITY) : static_cast<Value*>(b.getInt64(INT64_MAX));
+      default: return zero(k.acc_dtype);
+    }
+  }
+  Value* combine(Value* acc, Value* v) {
+    bool f = k.acc_dtype == DType::f64;
+    switch (k.reduce) {
+      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return f ? b.CreateFAdd(acc, v) : b.CreateAdd(acc, v);
+      case kir::ReduceKind::Max: case kir::ReduceKind::Min: {
+        bool mx = k.reduce == kir::ReduceKind::Max;
+        if (!f) return b.CreateSelect(mx ? b.CreateICmpSGT(v, acc) : b.CreateICmpSLT(v, acc), v, acc);
+        Value* better = b.CreateOr(mx ? b.CreateFCmpOGT(v, acc) : b.CreateFCmpOLT(v, acc), b.CreateFCmpUNO(v, v));
+        return b.CreateSelect(b.CreateFCmpUNO(acc, acc), acc, b.CreateSelect(better, v, acc));
+      }
+      default: break;
+    }
+    throw InternalError("emit_llvm: unknown reduction");
+  }
+
+  void build(const std::string& symbol) {
+    auto* ptr = llvm::PointerType::get(ctx, 0);
+    auto* i64 = b.getInt64Ty();
+    auto* fty = llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, i64, i64}, false);
+    fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, m);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    fn->addParamAttr(0, llvm::Attribute::NoAlias);
+    fn->addParamAttr(1, llvm::Attribute::NoAlias);
+    llvm::MDBuilder md(ctx);
+    auto* domain = md.createAnonymousAliasScopeDomain("tessel.kernel");
+    in_list = llvm::MDNode::get(ctx, {md.createAnonymousAliasScope(domain, "in")});
+    out_list = llvm::MDNode::get(ctx, {md.createAnonymousAliasScope(domain, "out")});
+
+    b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", fn));
+    Value* bufs = fn->getArg(0);
+    Value* args = fn->getArg(1);
+    auto arg = [&](size_t i) { return b.CreateLoad(i64, b.CreateConstInBoundsGEP1_64(i64, args, i)); };
+    for (size_t p = 0; p < k.params.size(); ++p)
+      ptrs.push_back(b.CreateLoad(ptr, b.CreateConstInBoundsGEP1_64(ptr, bufs, p)));
+    const int R = k.rank;
+    for (int d = 0; d < R; ++d) dims.push_back(arg(static_cast<size_t>(d)));
+    const size_t slots = k.load_params.size() + 1;
+    for (size_t s = 0; s < slots; ++s) {
+      size_t base = k.slot_base(static_cast<int>(s));
+      off.push_back(arg(base));
+      st.emplace_back();
+      for (int d = 0; d < R; ++d) st.back().push_back(arg(base + 1 + static_cast<size_t>(d)));
+    }
+    for (size_t c = 0; c < k.const_types.size(); ++c) {
+      Value* bits = arg(k.const_base() + c);
+      DType t = k.const_types[c];
+      Value* v;
+      switch (t) {
+        case DType::f64: v = b.CreateBitCast(bits, b.getDoubleTy()); break;
+        case DType::f32: v = b.CreateFPTrunc(b.CreateBitCast(bits, b.getDoubleTy()), b.getFloatTy()); break;
+        case DType::b8: v = b.CreateICmpNE(bits, b.getInt64(0)); break;
+        default: v = b.CreateTrunc(bits, cty(t)); break;
+      }
+      consts.push_back(v);
+    }
+    const bool red = k.reduce != kir::ReduceKind::None;
+    const int outer = red ? R - k.reduce_rank : R - 1;  // dims decomposed from the row index
+    loop(fn->getArg(2), fn->getArg(3), [&](Value* row) {
+      std::vector<Value*> base(off);
+      Value* t = row;
+      for (int d = outer - 1; d >= 0; --d) {
+        Value* ext = dims[static_cast<size_t>(d)];
+        Value* i = d == 0 ? t : b.CreateURem(t, ext);
+        if (d > 0) t = b.CreateUDiv(t, ext);
+        for (size_t s = 0; s < slots; ++s) base[s] = b.CreateAdd(base[s], b.CreateMul(i, st[s][static_cast<size_t>(d)]));
+      }
+      if (!red) elementwise_rows(base);
+      else reduce_row(base, outer);
+    }, "row");
+    b.CreateRetVoid();
+  }
+
+  // The innermost dim, twice: unit strides everywhere (vectorizable), and general.
+  void inner(const std::vector<Value*>& base, int d, size_t first_slot, const std::function<void(const std::function<Value*(size_t)>&)>& body) {
+    const size_t slots = k.load_params.size() + 1;
+    Value* fast = b.getTrue();
+    for (size_t s = first_slot; s < slots; ++s)
+      fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][static_cast<size_t>(d)], b.getInt64(1)));
+    auto* fb = llvm::BasicBlock::Create(ctx, "unit", fn);
+    auto* gb = llvm::BasicBlock::Create(ctx, "strided", fn);
+    auto* join = llvm::BasicBlock::Create(ctx, "join", fn);
+    b.CreateCondBr(fast, fb, gb);
+    for (int unit = 1; unit >= 0; --unit) {
+      b.SetInsertPoint(unit ? fb : gb);
+      loop(b.getInt64(0), dims[static_cast<size_t>(d)], [&](Value* j) {
+        body([&](size_t s) {
+          return unit ? b.CreateAdd(base[s], j) : b.CreateAdd(base[s], b.CreateMul(j, st[s][static_cast<size_t>(d)]));
+        });
+      }, unit ? "i.unit" : "i");
+      b.CreateBr(join);
+    }
+    b.SetInsertPoint(join);
+  }
+
+  void elementwise_rows(const std::vector<Value*>& base) {
+    inner(base, k.rank - 1, 0, [&](const std::function<Value*(size_t)>& index) {
+      auto v = stmts(k.body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+      store(v[static_cast<size_t>(k.value)], k.body[static_cast<size_t>(k.value)].dtype, index(0));
+    });
+  }
+
+  void reduce_row(const std::vector<Value*>& base, int K) {
+    llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    auto* acc = eb.CreateAlloca(cty(k.acc_dtype), nullptr, "acc");
+    b.CreateStore(init_acc(), acc);
+    const DType vt = k.body[static_cast<size_t>(k.value)].dtype;
+    std::function<void(const std::vector<Value*>&, int)> level = [&](const std::vector<Value*>& offs, int d) {
+      if (d == k.rank - 1) {
+        inner(offs, d, 1, [&](const std::function<Value*(size_t)>& index) {
+          auto v = stmts(k.body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+          Value* x = cast(v[static_cast<size_t>(k.value)], vt, k.acc_dtype);
+          b.CreateStore(combine(b.CreateLoad(cty(k.acc_dtype), acc), x), acc);
+        });
+        return;
+      }
+      loop(b.getInt64(0), dims[static_cast<size_t>(d)], [&](Value* i) {
+        std::vector<Value*> o(offs);
+        for (size_t s = 1; s < o.size(); ++s) o[s] = b.CreateAdd(o[s], b.CreateMul(i, st[s][static_cast<size_t>(d)]));
+        level(o, d + 1);
+      }, "r");
+    };
+    level(base, K);
+    Value* count = b.getInt64(1);
+    for (int d = K; d < k.rank; ++d) count = b.CreateMul(count, dims[static_cast<size_t>(d)]);
+    auto e = stmts(k.epilogue, [](int) -> Value* { return nullptr; }, b.CreateLoad(cty(k.acc_dtype), acc), count);
+    store(e[static_cast<size_t>(k.result)], k.epilogue[static_cast<size_t>(k.result)].dtype, base[0]);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<llvm::Module> emit_llvm(const kir::Kernel& k, const std::string& symbol, llvm::LLVMContext& ctx) {
+  auto m = std::make_unique<llvm::Module>(symbol, ctx);
+  Emitter e(k, ctx, m.get());
+  e.build(symbol);
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyModule(*m, &os))
+    throw InternalError("emit_llvm produced an invalid module: " + os.str() + "\n" + k.text());
+  return m;
+}
+
+std::string module_text(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return os.str();
+}
+
+}  // namespace tessel::cpujit

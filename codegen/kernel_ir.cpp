@@ -1,0 +1,58 @@
+#include "codegen/kernel_ir.h"
+
+#include <fmt/format.h>
+
+namespace tessel::kir {
+
+std::string_view reduce_name(ReduceKind r) {
+  switch (r) {
+    case ReduceKind::None: return "none";
+    case ReduceKind::Sum: return "sum";
+    case ReduceKind::Mean: return "mean";
+    case ReduceKind::Max: return "max";
+    case ReduceKind::Min: return "min";
+  }
+  return "?";
+}
+
+namespace {
+void print_stmts(std::string& s, const std::vector<Stmt>& list, const char* prefix) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Stmt& st = list[i];
+    s += fmt::format("  %{}{} = ", prefix, i);
+    switch (st.kind) {
+      case StmtKind::Load: s += fmt::format("load.{} l{}", dtype_name(st.dtype), st.slot); break;
+      case StmtKind::Const: s += fmt::format("const.{} c{}", dtype_name(st.dtype), st.slot); break;
+      case StmtKind::Acc: s += fmt::format("acc.{}", dtype_name(st.dtype)); break;
+      case StmtKind::Count: s += fmt::format("count.{}", dtype_name(st.dtype)); break;
+      case StmtKind::Op:
+        s += fmt::format("{}.{}", ir::op_name(st.op), dtype_name(st.dtype));
+        for (int a : st.args) s += fmt::format(" %{}{}", prefix, a);
+        break;
+    }
+    s += "\n";
+  }
+}
+}  // namespace
+
+std::string Kernel::text() const {
+  std::string s = fmt::format("kernel rank={} reduce={}/{}", rank, reduce_name(reduce), reduce_rank);
+  if (reduce != ReduceKind::None) s += fmt::format(" acc={}", dtype_name(acc_dtype));
+  s += "\n";
+  for (size_t p = 0; p < params.size(); ++p)
+    s += fmt::format("  param p{} {} {}\n", p, params[p].output ? "out" : "in", dtype_name(params[p].dtype));
+  for (size_t l = 0; l < load_params.size(); ++l) s += fmt::format("  slot l{} p{}\n", l, load_params[l]);
+  for (size_t c = 0; c < const_types.size(); ++c) s += fmt::format("  slot c{} {}\n", c, dtype_name(const_types[c]));
+  s += "body:\n";
+  print_stmts(s, body, "");
+  if (reduce == ReduceKind::None) {
+    s += fmt::format("  store p0 %{}\n", value);
+  } else {
+    s += fmt::format("  accumulate %{}\nepilogue:\n", value);
+    print_stmts(s, epilogue, "e");
+    s += fmt::format("  store p0 %e{}\n", result);
+  }
+  return s;
+}
+
+}  // namespace tessel::kir

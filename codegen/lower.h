@@ -1,0 +1,44 @@
+// lower_to_kernel_ir: one scheduled step (a materialized node whose inputs
+// all have values) becomes a kir::Kernel plus its launch arguments. Movement
+// nodes inside the kernel become index remaps folded into each load's
+// offset and strides; a reduction's domain is its kept axes then its reduced
+// axes. Backend-neutral: the CPU and CUDA backends launch the same thing.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "codegen/ir.h"
+#include "codegen/kernel_ir.h"
+
+namespace tessel::lower {
+
+/// A node's value if it has one (realized, or materialized by an earlier step).
+using ValueOf = std::function<std::optional<ir::BufferView>(ir::Node*)>;
+/// Makes a dense copy of a strided view (a reshape of a non-contiguous view needs one).
+using DenseCopy = std::function<ir::BufferView(DType, const Shape&, const ir::BufferView&)>;
+
+struct Lowered {
+  kir::Kernel kernel;
+  std::vector<ir::BufferView> buffers;  // per param; [0] is the output
+  std::vector<int64_t> args;            // launch arguments (see kernel_ir.h)
+  int64_t rows = 0;                     // outer iterations: product of the kept dims but the last (elementwise) or of all kept dims
+};
+
+/// `out` is a dense buffer of root's shape and dtype.
+Lowered lower_to_kernel_ir(ir::Node& root, const ValueOf& value_of, const DenseCopy& copy, const ir::BufferView& out);
+
+/// A kernel copying a strided view into dense `out`.
+Lowered lower_copy(DType t, const Shape& s, const ir::BufferView& in, const ir::BufferView& out);
+
+/// The view a movement node gives over its argument's view (ref semantics:
+/// a reshape of a non-contiguous view is a dense copy).
+ir::BufferView movement_view(const ir::Node& n, const ir::BufferView& in, const DenseCopy& copy);
+
+/// Merges adjacent domain dims every slot walks contiguously (within the kept
+/// and the reduced group), keeping the rank by padding with size-1 dims, and
+/// recomputes `rows`.
+void coalesce(Lowered& l);
+
+}  // namespace tessel::lower

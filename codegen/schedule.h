@@ -1,0 +1,58 @@
+// Scheduling: cut the IR DAG below some roots into steps that each produce
+// one materialized node -- fused kernels (elementwise chains; reductions with
+// their elementwise producers as prologue), views, matmuls, and nodes the
+// compiled backends leave to the ref interpreter. Every cut has a reason
+// (printed under TESSEL_TRACE=jit).
+//
+// The lowering of a realization is this linear list of passes, each dumpable
+// under TESSEL_DUMP=dir:
+//   topo -> schedule -> lower_to_kernel_ir -> emit (llvm / cuda) -> launch
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/ir.h"
+
+namespace tessel::sched {
+
+/// The named passes of the lowering, in order.
+inline constexpr const char* kPasses[] = {"topo", "schedule", "lower_to_kernel_ir", "emit_llvm", "launch"};
+
+enum class StepKind : uint8_t {
+  Kernel,    // fused elementwise kernel
+  Reduce,    // reduction kernel with a fused elementwise prologue
+  View,      // movement over a materialized value: no work, a strided view
+  MatMul,    // BLAS
+  Fallback,  // the ref interpreter evaluates this node
+};
+std::string_view step_name(StepKind k);
+
+struct Step {
+  StepKind kind;
+  ir::Node* node;
+  std::string reason;  // why this node is materialized
+};
+
+struct Options {
+  int max_inputs = 16;          // distinct buffers one kernel may read
+  bool keep_grad_values = false; // nodes backward reads are materialized
+};
+
+struct Schedule {
+  std::vector<ir::Node*> order;  // the topo pass
+  std::vector<Step> steps;       // producers before consumers
+  std::unordered_map<ir::Node*, std::string> materialized;  // node -> reason
+  int kernels() const;           // Kernel + Reduce steps
+  std::string to_string() const;
+};
+
+/// Whether a kernel can compute this elementwise node (op x dtype).
+bool kernel_supports(const ir::Node& n);
+/// Whether a reduction kernel can compute this reduction.
+bool reduce_supports(const ir::Node& n);
+
+Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts = {});
+
+}  // namespace tessel::sched
