@@ -262,5 +262,5 @@ auto matmul(A&& a, B&& b) { return expr::make<expr::MatMul>(std::forward<A>(a), 
 template <class E>
   requires tessel::expr::Expression<E>
 struct fmt::formatter<E> : fmt::formatter<std::string> {
-  auto format(const E& e, format_context& ctx) const { return fmt::formatter<std::string>::format(e.str(), ctx); }
+  auto format(const E& e, fmt::format_context& ctx) const { return fmt::formatter<std::string>::format(e.str(), ctx); }
 };

@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "codegen/grad_mode.h"
@@ -250,9 +251,10 @@ void realize(const std::vector<Tensor>& ts);
 
 }  // namespace tessel
 
-template <>
-struct fmt::formatter<tessel::Tensor> : fmt::formatter<std::string> {
-  auto format(const tessel::Tensor& t, format_context& ctx) const {
+template <class T>
+  requires std::is_base_of_v<tessel::Tensor, T>
+struct fmt::formatter<T> : fmt::formatter<std::string> {
+  auto format(const tessel::Tensor& t, fmt::format_context& ctx) const {
     return fmt::formatter<std::string>::format(t.str(), ctx);
   }
 };

@@ -7,3 +7,4 @@
 #include "dsl/nn/module.h"
 #include "dsl/nn/parameter.h"
 #include "dsl/nn/sequential.h"
+#include "dsl/nn/symbolic.h"
