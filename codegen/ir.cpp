@@ -21,7 +21,7 @@ namespace ir {
 
 std::string_view op_name(Op op) {
   static const std::string names[] = {
-#define TESSEL_X(name, cat, doc) [] { std::string s = #name; s[0] = static_cast<char>(std::tolower(s[0])); return s; }(),
+#define TESSEL_X(name, cat, doc) [] { std::string s = #name; for (char& c : s) c = static_cast<char>(std::tolower(c)); return s; }(),
       TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
   };
