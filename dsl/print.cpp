@@ -37,25 +37,34 @@ struct ElementFormat {
   }
 };
 
+// Mirrors torch/_tensor_str.py's _Formatter: for floating dtypes the mode and
+// the width come from the finite nonzero values only (zeros, nan and inf are
+// padded to that width), and integer-valued floats switch to scientific
+// notation on the same range test as other floats.
 ElementFormat choose_format(DType dt, const std::vector<double>& v) {
   ElementFormat f{ElementFormat::Mode::fixed};
-  if (dt == DType::b8) f.mode = ElementFormat::Mode::boolean;
-  else if (!is_floating(dt)) f.mode = ElementFormat::Mode::integer;
-  else {
-    bool int_mode = true;
-    double max_abs = 0, min_abs = INFINITY;
-    for (double x : v) {
-      if (!std::isfinite(x)) continue;
-      if (x != std::ceil(x)) int_mode = false;
-      double a = std::fabs(x);
-      max_abs = std::max(max_abs, a);
-      if (a != 0) min_abs = std::min(min_abs, a);
-    }
-    if (int_mode) f.mode = max_abs > 1e8 ? ElementFormat::Mode::sci : ElementFormat::Mode::float_int;
-    else if (max_abs > 1e8 || (std::isfinite(min_abs) && (min_abs < 1e-4 || max_abs / min_abs > 1000)))
-      f.mode = ElementFormat::Mode::sci;
+  if (!is_floating(dt)) {
+    f.mode = dt == DType::b8 ? ElementFormat::Mode::boolean : ElementFormat::Mode::integer;
+    for (double x : v) f.width = std::max(f.width, f.raw(x).size());
+    return f;
   }
-  for (double x : v) f.width = std::max(f.width, f.raw(x).size());
+  f.mode = ElementFormat::Mode::float_int;
+  bool int_mode = true, any = false;
+  double max_abs = 0, min_abs = INFINITY;
+  for (double x : v) {
+    if (!std::isfinite(x) || x == 0) continue;
+    any = true;
+    if (x != std::ceil(x)) int_mode = false;
+    double a = std::fabs(x);
+    max_abs = std::max(max_abs, a);
+    min_abs = std::min(min_abs, a);
+  }
+  if (!any) return f;
+  bool sci = max_abs / min_abs > 1000.0 || max_abs > 1.0e8 || (!int_mode && min_abs < 1.0e-4);
+  if (sci) f.mode = ElementFormat::Mode::sci;
+  else if (!int_mode) f.mode = ElementFormat::Mode::fixed;
+  for (double x : v)
+    if (std::isfinite(x) && x != 0) f.width = std::max(f.width, f.raw(x).size());
   return f;
 }
 
@@ -91,7 +100,8 @@ struct Printer {
             out += " ";
           }
         }
-        out += idx[k] < 0 ? "..." : fmt_(v[static_cast<size_t>(offset + idx[k] * strides[dim])]);
+        // PyTorch's _vector_str marks the gap with " ..." (two spaces after the comma).
+        out += idx[k] < 0 ? " ..." : fmt_(v[static_cast<size_t>(offset + idx[k] * strides[dim])]);
       }
     } else {
       std::string sep = "," + std::string(rank - dim - 1, '\n') + std::string(indent + 1, ' ');
