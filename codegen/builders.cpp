@@ -32,6 +32,14 @@ bool needs_float(Op op) {
   return op == Op::Exp || op == Op::Log || op == Op::Sqrt || op == Op::Tanh || op == Op::Sigmoid;
 }
 
+// An operand converted to the compute dtype. A scalar constant typed as a
+// half format (half_tensor * 0.1) keeps its exact value in the f32
+// computation, as PyTorch's opmath does, instead of being rounded to f16 first.
+NodePtr to_compute(NodePtr x, DType compute) {
+  if (x->op == Op::Constant && is_half(x->dtype) && !is_half(compute)) return constant(x->value, compute, x->shape);
+  return cast(std::move(x), compute);
+}
+
 }  // namespace
 
 Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
@@ -130,8 +138,8 @@ NodePtr binary(Op op, NodePtr a, NodePtr b) {
   if (op == Op::Sub && common == DType::b8)
     throw DTypeError("sub: subtraction of two bool tensors is not supported; use logical_xor semantics via != instead");
   DType compute = compute_dtype(common);
-  a = expand(cast(std::move(a), compute), out);
-  b = expand(cast(std::move(b), compute), out);
+  a = expand(to_compute(std::move(a), compute), out);
+  b = expand(to_compute(std::move(b), compute), out);
   if (cat == Category::Compare) return make(op, DType::b8, std::move(out), {std::move(a), std::move(b)});
   NodePtr r = make(op, compute, std::move(out), {std::move(a), std::move(b)});
   return cast(std::move(r), common);
@@ -142,8 +150,8 @@ NodePtr where(NodePtr cond, NodePtr a, NodePtr b) {
   DType common = promote(a->dtype, b->dtype);
   DType compute = compute_dtype(common);
   cond = expand(cast(std::move(cond), DType::b8), out);
-  a = expand(cast(std::move(a), compute), out);
-  b = expand(cast(std::move(b), compute), out);
+  a = expand(to_compute(std::move(a), compute), out);
+  b = expand(to_compute(std::move(b), compute), out);
   NodePtr r = make(Op::Where, compute, std::move(out), {std::move(cond), std::move(a), std::move(b)});
   return cast(std::move(r), common);
 }
