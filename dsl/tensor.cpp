@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <optional>
 
 #include "codegen/autodiff.h"
 #include "codegen/backend.h"
@@ -45,6 +46,38 @@ void strided_copy(const ir::BufferView& dst, const ir::BufferView& src, DType dt
       idx[i] = 0;
     }
   }
+}
+
+// Strides that view memory laid out as (shape, strides) with `target`'s shape
+// in row-major order, if any exist without a copy (ATen's computeStride):
+// every run of dims that are contiguous with each other may be split or merged.
+std::optional<Strides> view_strides(const Shape& shape, const Strides& strides, const Shape& target) {
+  const auto& od = shape.dims;
+  const auto& nd = target.dims;
+  if (od.empty()) return Strides(nd.size(), 1);
+  if (shape.numel() == 0) return contiguous_strides(target);
+  Strides out(nd.size(), 0);
+  int64_t view_d = static_cast<int64_t>(nd.size()) - 1;
+  int64_t chunk_base = strides.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(od.size()) - 1; d >= 0; --d) {
+    size_t u = static_cast<size_t>(d);
+    tensor_numel *= od[u];
+    if (d == 0 || (od[u - 1] != 1 && strides[u - 1] != tensor_numel * chunk_base)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || nd[static_cast<size_t>(view_d)] == 1)) {
+        out[static_cast<size_t>(view_d)] = view_numel * chunk_base;
+        view_numel *= nd[static_cast<size_t>(view_d)];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base = strides[u - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
 }
 
 Tensor view_of(const Tensor& t, ir::BufferView v, Shape s) {
@@ -144,8 +177,14 @@ const ir::BufferView& Tensor::buffer() const {
 }
 
 bool Tensor::is_contiguous() const {
+  // As in PyTorch, the stride of a size-1 dim does not matter.
   const auto& st = buffer().strides;
-  return st == contiguous_strides(shape()) || numel() <= 1;
+  int64_t expect = 1;
+  for (size_t i = shape().dims.size(); i-- > 0;) {
+    if (shape().dims[i] != 1 && st[i] != expect) return numel() == 0;
+    expect *= shape().dims[i];
+  }
+  return true;
 }
 
 template <class T>
@@ -213,11 +252,16 @@ Tensor::operator bool() const {
 // ---------------------------------------------------------------- views
 
 Tensor Tensor::reshape(std::vector<int64_t> s) const {
-  if (!wants_graph(*this) && is_contiguous()) {
+  if (!wants_graph(*this)) {
+    // A view whenever the memory allows one (squeeze/unsqueeze of a
+    // transposed tensor, say), so writes through it reach this tensor.
     ir::NodePtr probe = ir::reshape(ir::constant(ir::ScalarValue::of(0), dtype(), shape()), s);  // checks + infers -1
-    ir::BufferView v = buffer();
-    v.strides = contiguous_strides(probe->shape);
-    return view_of(*this, std::move(v), probe->shape);
+    const ir::BufferView& b = buffer();
+    if (auto st = view_strides(shape(), b.strides, probe->shape)) {
+      ir::BufferView v = b;
+      v.strides = std::move(*st);
+      return view_of(*this, std::move(v), probe->shape);
+    }
   }
   return from_node(ir::reshape(node(), std::move(s)), device());
 }
