@@ -1,0 +1,64 @@
+// Helpers shared by the core's test suites: reading tensors back as plain
+// vectors, building tensors from plain vectors, and a seed that a run prints
+// and that TESSEL_TEST_SEED can override (to replay a failing run).
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/backend.h"
+#include "codegen/builders.h"
+#include "dsl/tessel.h"
+
+namespace tessel::testing {
+
+inline std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+inline std::vector<int64_t> ivals(const Tensor& t) { return t.to_vector<int64_t>(); }
+inline std::vector<int64_t> dims(const Tensor& t) { return t.shape().dims; }
+
+/// A tensor of dtype `dt` holding `v` (converted through the ref cast rules).
+inline Tensor make(const std::vector<double>& v, const Shape& s, DType dt = DType::f64) {
+  Tensor t = from_vector<double>(v, s);
+  return dt == DType::f64 ? t : t.to(dt).contiguous();
+}
+
+/// The run's seed: TESSEL_TEST_SEED when set, else a fresh one. Printed so a
+/// failure can be replayed.
+inline uint64_t test_seed(const char* suite) {
+  uint64_t seed;
+  if (const char* e = std::getenv("TESSEL_TEST_SEED")) seed = std::strtoull(e, nullptr, 0);
+  else seed = std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32);
+  std::printf("[%s] seed = %llu (replay with TESSEL_TEST_SEED=%llu)\n", suite, static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
+  return seed;
+}
+
+/// Asserts |a - b| <= atol + rtol * |b| elementwise, NaNs matching NaNs.
+inline void require_close(const std::vector<double>& a, const std::vector<double>& b, double rtol = 1e-12,
+                          double atol = 1e-12) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i])) {
+      INFO("index " << i);
+      REQUIRE(std::isnan(a[i]));
+      continue;
+    }
+    if (std::isinf(b[i])) {
+      INFO("index " << i);
+      REQUIRE(a[i] == b[i]);
+      continue;
+    }
+    INFO("index " << i << ": got " << a[i] << " expected " << b[i]);
+    REQUIRE(std::fabs(a[i] - b[i]) <= atol + rtol * std::fabs(b[i]));
+  }
+}
+
+}  // namespace tessel::testing
