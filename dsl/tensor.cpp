@@ -147,22 +147,90 @@ int64_t Tensor::size(int64_t d) const { return shape()[ir::normalize_axis("size"
 
 bool Tensor::is_realized() const { return node()->realized(); }
 
+namespace {
+
+bool is_movement(const ir::Node& n) { return ir::op_category(n.op) == ir::Category::Movement; }
+
+// The memory a chain of movement nodes views once the node below the chain
+// is realized; nullopt when a reshape needs a copy.
+std::optional<ir::BufferView> movement_view(const ir::Node& n) {
+  if (n.realized()) return *n.buffer;
+  if (!is_movement(n)) return std::nullopt;
+  const ir::Node& x = *n.args[0];
+  std::optional<ir::BufferView> in = movement_view(x);
+  if (!in) return std::nullopt;
+  ir::BufferView v = *in;
+  switch (n.op) {
+    case ir::Op::Permute:
+      for (size_t i = 0; i < n.axes.size(); ++i) v.strides[i] = in->strides[static_cast<size_t>(n.axes[i])];
+      return v;
+    case ir::Op::Expand: {
+      size_t lead = n.shape.dims.size() - x.shape.dims.size();
+      v.strides.assign(n.shape.dims.size(), 0);
+      for (size_t i = 0; i < x.shape.dims.size(); ++i)
+        v.strides[lead + i] = x.shape.dims[i] == 1 ? 0 : in->strides[i];
+      return v;
+    }
+    case ir::Op::Slice:
+      for (size_t i = 0; i < v.strides.size(); ++i) {
+        v.offset += n.axes[2 * i] * in->strides[i];
+        v.strides[i] = in->strides[i] * n.axes[2 * i + 1];
+      }
+      return v;
+    case ir::Op::Reshape: {
+      auto st = view_strides(x.shape, in->strides, n.shape);
+      if (!st) return std::nullopt;
+      v.strides = std::move(*st);
+      return v;
+    }
+    default: break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void realize(const std::vector<Tensor>& ts) {
-  std::vector<ir::NodePtr> roots;
+  std::vector<ir::NodePtr> roots, views;
   bool keep = false;
+  auto add_root = [&](const ir::NodePtr& n) {
+    roots.push_back(n);
+    keep = keep || n->requires_grad;
+  };
   for (const auto& t : ts) {
     const auto& n = t.node();
     if (n->realized()) continue;
     if (!t.device().is_cpu())
       throw DeviceError(fmt::format("cannot compute on {}: this build has no CUDA execution backend yet; move the "
                                     "tensors to the CPU with .cpu()", t.device().str()));
-    roots.push_back(n);
-    keep = keep || n->requires_grad;
+    if (is_movement(*n)) {
+      // A view (t.t(), y.reshape(...)) shares memory with the value it views,
+      // as in PyTorch: compute that value as itself, then view it, so writes
+      // through the view reach every tensor holding it.
+      const ir::NodePtr* base = &n;
+      while (!(*base)->realized() && is_movement(**base)) base = &(*base)->args[0];
+      if (!(*base)->realized()) add_root(*base);
+      views.push_back(n);
+      continue;
+    }
+    add_root(n);
   }
-  if (roots.empty()) return;
-  cpu_backend().realize(roots, keep);
+  if (!roots.empty()) cpu_backend().realize(roots, keep);
+  std::vector<ir::NodePtr> copies;  // views that need a copy (a reshape of strided memory)
+  for (auto& v : views) {
+    if (v->realized()) continue;
+    if (auto mem = movement_view(*v)) v->buffer = std::move(*mem);
+    else copies.push_back(v);
+  }
+  if (!copies.empty()) {
+    bool keep_copies = false;
+    for (auto& c : copies) keep_copies = keep_copies || c->requires_grad;
+    cpu_backend().realize(copies, keep_copies);
+  }
   // Values that carry no gradient never need their inputs again: free the graph.
   for (auto& r : roots)
+    if (!r->requires_grad) r->args.clear();
+  for (auto& r : views)
     if (!r->requires_grad) r->args.clear();
 }
 
@@ -415,6 +483,9 @@ const Tensor& Tensor::assign_(const Tensor& value) const {
                                  dtype_name(value.dtype()), dtype_name(dtype())));
   ir::NodePtr v = ir::expand(ir::cast(value.node(), dtype()), shape());
   bool tracked = grad_enabled() && (requires_grad() || v->requires_grad);
+  // A pending view (y.t(), y.reshape(...)) is written like memory, so the
+  // write reaches the tensor it views.
+  if (!is_realized() && !tracked && ir::op_category(impl_->node->op) == ir::Category::Movement) eval();
   if (!is_realized() || (tracked && !is_leaf())) {
     // Not memory yet (or part of a graph): the new value extends the graph.
     impl_->node = v;

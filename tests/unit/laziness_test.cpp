@@ -159,3 +159,35 @@ TEST_CASE("pending tensors that die before realization cost nothing", "[lazy]") 
   x += 1;
   CHECK(x.item<double>() == 2);
 }
+
+TEST_CASE("a write through a view of a pending tensor reaches the tensor", "[lazy]") {
+  Tensor y = ones({2, 2}) * 2;  // pending
+  Tensor v = y.t();             // a view of y, as in PyTorch
+  v[0][1] = 5;                  // y[1][0]
+  CHECK(vals(y) == std::vector<double>{2, 2, 5, 2});
+  CHECK(vals(v) == std::vector<double>{2, 5, 2, 2});
+}
+
+TEST_CASE("in-place on a reshaped view of a pending tensor reaches the tensor", "[lazy]") {
+  Tensor y = ones({2, 2}) * 2;
+  Tensor z = y.reshape({4});
+  z += 1;
+  CHECK(vals(z) == std::vector<double>{3, 3, 3, 3});
+  CHECK(vals(y) == std::vector<double>{3, 3, 3, 3});
+}
+
+TEST_CASE("a view of a pending tensor shares memory once realized", "[lazy]") {
+  Tensor y = arange(6, DType::f64) * 1;
+  Tensor v = y.reshape({2, 3}).t();
+  Tensor before = v * 1;  // reads the old values
+  y[5] = 100;
+  CHECK(vals(v) == std::vector<double>{0, 3, 1, 4, 2, 100});
+  CHECK(vals(before) == std::vector<double>{0, 3, 1, 4, 2, 5});
+}
+
+TEST_CASE("a view of a pending tensor computes the base once", "[lazy]") {
+  Tensor y = ones({3}) + 1;
+  Tensor v = y.reshape({3, 1});
+  CHECK(vals(v) == std::vector<double>{2, 2, 2});
+  CHECK(y.is_realized());
+}
