@@ -1,0 +1,59 @@
+#include "error_testing.h"
+
+using namespace tessel;
+
+TEST_CASE("in-place on a leaf that requires grad", "[error]") {
+  Tensor w = ones({3}).requires_grad_();
+  REQUIRE_ERROR(w += 1, ValueError, "in-place", "leaf", "requires grad", ".data()");
+}
+
+TEST_CASE("in-place on a leaf that requires grad leaves it unchanged", "[error]") {
+  Tensor w = ones({3}).requires_grad_();
+  try {
+    w *= 5;
+  } catch (const ValueError&) {
+  }
+  CHECK(tessel::testing::vals(w) == std::vector<double>{1, 1, 1});
+  CHECK(w.requires_grad());
+}
+
+TEST_CASE("fill_ on a leaf that requires grad", "[error]") {
+  Tensor w = ones({3}).requires_grad_();
+  REQUIRE_ERROR(w.fill_(0), ValueError, "leaf");
+}
+
+TEST_CASE("backward on a non-scalar without a gradient", "[error]") {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = x * 2;
+  REQUIRE_ERROR(y.backward(), ValueError, "backward", "one-element", "[3]");
+}
+
+TEST_CASE("backward on a tensor that does not require grad", "[error]") {
+  Tensor y = ones({3}).sum();
+  REQUIRE_ERROR(y.backward(), ValueError, "backward", "does not require grad");
+}
+
+TEST_CASE("backward on a tensor built under no_grad", "[error]") {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y;
+  {
+    NoGradGuard g;
+    y = (x * 2).sum();
+  }
+  REQUIRE_ERROR(y.backward(), ValueError, "does not require grad", "NoGradGuard");
+}
+
+TEST_CASE("backward on a detached tensor", "[error]") {
+  Tensor x = ones({3}).requires_grad_();
+  REQUIRE_ERROR((x * 2).sum().detach().backward(), ValueError, "does not require grad");
+}
+
+TEST_CASE("backward on an undefined tensor", "[error]") {
+  REQUIRE_ERROR(Tensor().backward(), ValueError, "undefined");
+}
+
+TEST_CASE("requires_grad_(false) on a non-leaf", "[error]") {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = x * 2;
+  REQUIRE_ERROR(y.requires_grad_(false), ValueError, "non-leaf", "detach");
+}

@@ -1,0 +1,73 @@
+#include "error_testing.h"
+
+using namespace tessel;
+
+TEST_CASE("index out of range", "[error]") {
+  Tensor t = ones({2, 3});
+  REQUIRE_ERROR(t[2], IndexError, "index 2", "dimension 0", "size 2");
+}
+
+TEST_CASE("negative index out of range", "[error]") {
+  Tensor t = ones({2, 3});
+  REQUIRE_ERROR(t[0][-4], IndexError, "index -4", "size 3");
+}
+
+TEST_CASE("select on a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).select(2, 0), IndexError, "select", "dim 2", "[2, 3]");
+}
+
+TEST_CASE("indexing a 0-d tensor", "[error]") {
+  REQUIRE_ERROR(full({}, 1.0)[0], IndexError, "0-d", "item()");
+}
+
+TEST_CASE("sum over a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).sum({2}), IndexError, "sum", "dim 2", "[2, 3]", "-2..1");
+}
+
+TEST_CASE("sum over a bad negative dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).sum({-3}), IndexError, "sum", "dim -3");
+}
+
+TEST_CASE("max over a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({4}).max(1), IndexError, "max", "dim 1");
+}
+
+TEST_CASE("argmax over a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({4}).argmax(-2), IndexError, "argmax", "dim -2");
+}
+
+TEST_CASE("sum over a repeated dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).sum({1, -1}), IndexError, "sum", "more than once");
+}
+
+TEST_CASE("transpose with a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).transpose(0, 2), IndexError, "transpose", "dim 2");
+}
+
+TEST_CASE("permute with a repeated dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).permute({1, 1}), IndexError, "permute", "repeated");
+}
+
+TEST_CASE("permute with an out-of-range dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).permute({0, 5}), IndexError, "permute", "dim 5");
+}
+
+TEST_CASE("unsqueeze past the end", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).unsqueeze(4), IndexError, "unsqueeze", "dim 4");
+}
+
+TEST_CASE("squeeze with a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({2}).squeeze(1), IndexError, "squeeze", "dim 1");
+}
+
+TEST_CASE("slice with a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({2}).slice(1, 0, 1), IndexError, "slice", "dim 1");
+}
+
+TEST_CASE("size() with a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({2}).size(3), IndexError, "size", "dim 3");
+}
+
+TEST_CASE("flatten with a bad dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).flatten(0, 2), IndexError, "flatten", "dim 2");
+}

@@ -1,0 +1,64 @@
+#include "error_testing.h"
+
+using namespace tessel;
+
+TEST_CASE("item() on many elements", "[error]") {
+  REQUIRE_ERROR(ones({2, 3}).item<double>(), ValueError, "item()", "6 elements", "[2, 3]");
+}
+
+TEST_CASE("item() on an empty tensor", "[error]") {
+  REQUIRE_ERROR(zeros({0}).item<double>(), ValueError, "item()", "0 elements");
+}
+
+TEST_CASE("bool of many elements", "[error]") {
+  Tensor t = ones({3});
+  REQUIRE_ERROR(static_cast<bool>(t), ValueError, "boolean value", "3 elements", "ambiguous");
+}
+
+TEST_CASE("bool of a many-element comparison in control flow", "[error]") {
+  Tensor t = ones({2, 2});
+  auto use = [&] {
+    if (t > 0) return 1;
+    return 0;
+  };
+  REQUIRE_ERROR(use(), ValueError, "ambiguous", "[2, 2]");
+}
+
+TEST_CASE("reading an undefined tensor", "[error]") {
+  Tensor t;
+  CHECK(!t.defined());
+  REQUIRE_ERROR(t.shape(), ValueError, "undefined");
+  REQUIRE_ERROR(t.item<double>(), ValueError, "undefined");
+  REQUIRE_ERROR(t.to_vector<float>(), ValueError, "undefined");
+}
+
+TEST_CASE("using an undefined tensor in an op", "[error]") {
+  Tensor t;
+  REQUIRE_ERROR(Tensor(t + 1), ValueError, "undefined");
+  REQUIRE_ERROR(Tensor(ones({2}) * t), ValueError, "undefined");
+  REQUIRE_ERROR(t.sum(), ValueError, "undefined");
+}
+
+TEST_CASE("max of an empty dimension", "[error]") {
+  REQUIRE_ERROR(zeros({0, 3}).max(0), ValueError, "max", "empty", "[0, 3]");
+}
+
+TEST_CASE("argmax over several dims via the IR builder", "[error]") {
+  REQUIRE_ERROR(ir::reduce(ir::Op::ArgMax, ones({2, 2}).node(), {0, 1}, false), ValueError, "argmax", "one dim");
+}
+
+TEST_CASE("slice with a non-positive step", "[error]") {
+  REQUIRE_ERROR(ones({4}).slice(0, 0, 4, 0), ValueError, "slice", "step");
+  REQUIRE_ERROR(ones({4}).slice(0, 0, 4, -1), ValueError, "step", "-1");
+}
+
+TEST_CASE("arange with an infinite or negative range", "[error]") {
+  REQUIRE_ERROR(arange(-1), ValueError, "arange", "-1");
+  REQUIRE_ERROR(arange(0.0, 1.0, 0.0), ValueError, "arange", "step 0");
+  REQUIRE_ERROR(arange(0.0, 1.0, -1.0), ValueError, "arange");
+}
+
+TEST_CASE("an unbound symbolic parameter", "[error]") {
+  Tensor x = ones({1, 2});
+  REQUIRE_ERROR(Tensor(x % param<"W1">), ValueError, "W1", "not bound");
+}
