@@ -485,7 +485,14 @@ const Tensor& Tensor::assign_(const Tensor& value) const {
   bool tracked = grad_enabled() && (requires_grad() || v->requires_grad);
   // A pending view (y.t(), y.reshape(...)) is written like memory, so the
   // write reaches the tensor it views.
-  if (!is_realized() && !tracked && ir::op_category(impl_->node->op) == ir::Category::Movement) eval();
+  if (!is_realized() && ir::op_category(impl_->node->op) == ir::Category::Movement) {
+    if (tracked)  // the graph would only change this view, never the tensor it views
+      throw ValueError(
+          "in-place op on a view (an index, slice, transpose or reshape) of a tensor that requires grad: the "
+          "write cannot reach the tensor it views; write through .data() or inside a NoGradGuard, or use the "
+          "out-of-place form");
+    eval();
+  }
   if (!is_realized() || (tracked && !is_leaf())) {
     // Not memory yet (or part of a graph): the new value extends the graph.
     impl_->node = v;

@@ -57,3 +57,30 @@ TEST_CASE("requires_grad_(false) on a non-leaf", "[error]") {
   Tensor y = x * 2;
   REQUIRE_ERROR(y.requires_grad_(false), ValueError, "non-leaf", "detach");
 }
+
+TEST_CASE("writing into an element of a leaf that requires grad", "[error]") {
+  Tensor w = ones({3}).requires_grad_();
+  REQUIRE_ERROR(w[0] = 5, ValueError, "in-place", "view", "requires grad");
+  CHECK(tessel::testing::vals(w) == std::vector<double>{1, 1, 1});
+}
+
+TEST_CASE("in-place on a transposed view of a leaf that requires grad", "[error]") {
+  Tensor w = ones({2, 3}).requires_grad_();
+  REQUIRE_ERROR(w.t() += 1, ValueError, "in-place", "view");
+}
+
+TEST_CASE("in-place on a reshaped view of a computed tensor that requires grad", "[error]") {
+  Tensor w = ones({2, 3}).requires_grad_();
+  Tensor h = w * 2;
+  REQUIRE_ERROR(h.reshape({6}) *= 2, ValueError, "in-place", "view");
+}
+
+TEST_CASE("in-place on an element of a leaf works inside NoGradGuard", "[error]") {
+  Tensor w = ones({3}).requires_grad_();
+  {
+    NoGradGuard g;
+    w[0] = 5;
+  }
+  CHECK(tessel::testing::vals(w) == std::vector<double>{5, 1, 1});
+  CHECK(w.requires_grad());
+}
