@@ -1,0 +1,584 @@
+// run_benchmarks: every figure of bench/README.md, measured side by side in
+// one run, written to results.json (next to this executable unless --out)
+// and printed as a table.
+//
+//   build-bench/bench/run_benchmarks                 # everything
+//   build-bench/bench/run_benchmarks --quick         # fewer repetitions
+//   build-bench/bench/run_benchmarks --only=fused_chain_16M,compile_latency
+//
+// Steady-state figures run under Google Benchmark with every repetition of
+// every contestant randomly interleaved (so a slow spell on a shared machine
+// hits all contestants alike), and report medians. The one-shot figures
+// (compile latency, a training epoch) are timed here, alternating the
+// contestants, also as medians.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "bench/hand.h"
+#include "bench/harness.h"
+#include "bench/torch_peer.h"
+#include "codegen/backend.h"
+#include "codegen/cpu/cpu_backend.h"
+#include "dsl/data/dataloader.h"
+#include "dsl/data/fashion_mnist.h"
+#include "dsl/tessel.h"
+#include "dsl/train/optimizer.h"
+#include "runtime/kernel_cache.h"
+
+using namespace tessel;
+
+namespace {
+
+struct Config {
+  bool quick = false;
+  std::set<std::string> only;  // empty: all figures
+  std::filesystem::path out;
+  int reps() const { return quick ? 5 : 11; }
+  double min_time() const { return quick ? 0.05 : 0.1; }
+  bool wants(const std::string& fig) const { return only.empty() || only.count(fig); }
+};
+
+bench::Results results;
+
+// The tessel rows: the compiled CPU backend when built ("cpu"), and the ref
+// interpreter ("ref"), selected per call so both run in the same process.
+Backend* jit_backend() { return cpu_jit_backend(); }
+const char* main_backend_name() { return jit_backend() ? "cpu" : "ref"; }
+Backend& main_backend() { return jit_backend() ? *jit_backend() : ref_backend(); }
+
+// Contestant names in Google Benchmark are "<figure>/<who>".
+struct Collector : benchmark::ConsoleReporter {
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const auto& r : runs) {
+      if (r.run_type != Run::RT_Aggregate || r.aggregate_name != "median") continue;
+      const std::string& name = r.run_name.function_name;
+      auto slash = name.find('/');
+      double ms = r.GetAdjustedRealTime() * benchmark::GetTimeUnitMultiplier(benchmark::kMillisecond) /
+                  benchmark::GetTimeUnitMultiplier(r.time_unit);
+      results.set(name.substr(0, slash), name.substr(slash + 1) + "_ms", ms);
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+void add(const Config& cfg, const std::string& fig, const std::string& who, std::function<void()> call) {
+  call();  // warm-up: compiles, allocator pools, first touch of every buffer
+  call();
+  benchmark::RegisterBenchmark((fig + "/" + who).c_str(),
+                               [call](benchmark::State& st) {
+                                 for (auto _ : st) call();
+                               })
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->Repetitions(cfg.reps())
+      ->ReportAggregatesOnly(true)
+      ->MinTime(cfg.min_time());
+}
+
+// Runs f with `b` as the CPU backend.
+template <class F>
+std::function<void()> on(Backend& b, F f) {
+  return [&b, f] {
+    BackendOverride o(b);
+    f();
+  };
+}
+
+void add_tessel(const Config& cfg, const std::string& fig, std::function<void()> call) {
+  add(cfg, fig, "tessel", on(main_backend(), call));
+  if (jit_backend()) add(cfg, fig, "tessel_ref", on(ref_backend(), call));
+  results.note(fig, "tessel_backend", main_backend_name());
+}
+
+Tensor realized_rand(const Shape& s) {
+  Tensor t = rand(s);
+  t.eval();
+  return t;
+}
+const float* fptr(const Tensor& t) { return t.buffer().ptr<float>(); }
+
+double max_abs_diff(const float* x, const float* y, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(x[i] - y[i])));
+  return m;
+}
+
+// ---------------------------------------------------------------- figures
+
+// Inputs shared by every contestant of a figure (kept alive for the whole run).
+struct ChainInputs {
+  Tensor a, b, c, d;
+  std::vector<float> out;
+};
+std::vector<std::unique_ptr<ChainInputs>> keep_chain;
+
+void fused_chain(const Config& cfg, const std::string& fig, int64_t rows, int64_t cols, bool with_hand,
+                 bool with_prealloc) {
+  auto in = std::make_unique<ChainInputs>();
+  Shape s = rows == 1 ? Shape{cols} : Shape{rows, cols};
+  in->a = realized_rand(s);
+  in->b = realized_rand(s);
+  in->c = realized_rand(s) - 0.5;
+  in->c.eval();
+  in->d = realized_rand(s);
+  int64_t n = rows * cols;
+  in->out.assign(static_cast<size_t>(n), 0.0f);
+  Tensor a = in->a, b = in->b, c = in->c, d = in->d;
+  auto tessel_call = [a, b, c, d] {
+    Tensor y = relu(a * b + c) * d;
+    y.eval();
+  };
+  {  // the compiled result must be the hand loop's
+    BackendOverride o(main_backend());
+    Tensor y = relu(a * b + c) * d;
+    bench::hand::chain(fptr(a), fptr(b), fptr(c), fptr(d), in->out.data(), n);
+    double diff = max_abs_diff(fptr(y.contiguous()), in->out.data(), n);
+    results.set(fig, "check_max_abs_diff", diff);
+  }
+  add_tessel(cfg, fig, tessel_call);
+  if (with_hand) {
+    float* out = in->out.data();
+    const float *pa = fptr(a), *pb = fptr(b), *pc = fptr(c), *pd = fptr(d);
+    add(cfg, fig, "hand", [=] {
+      bench::hand::chain(pa, pb, pc, pd, out, n);
+      benchmark::ClobberMemory();
+    });
+  }
+  if (with_prealloc) add(cfg, fig, "libtorch_prealloc", bench::torch_peer::chain_prealloc(fptr(a), fptr(b), fptr(c), fptr(d), n));
+  add(cfg, fig, "libtorch_eager", bench::torch_peer::chain_eager_2d(fptr(a), fptr(b), fptr(c), fptr(d), rows, cols));
+  keep_chain.push_back(std::move(in));
+}
+
+nn::Sequential make_mlp(int64_t in, int64_t hidden, int64_t out) {
+  return nn::Sequential(nn::Linear(in, hidden), nn::ReLU(), nn::Linear(hidden, out));
+}
+bench::torch_peer::Mlp weights_of(const nn::Sequential& net) {
+  auto p = net->parameters();  // 0.weight, 0.bias, 2.weight, 2.bias
+  for (auto& t : p) t.eval();
+  return {fptr(p[0]), fptr(p[1]), fptr(p[2]), fptr(p[3]), p[0].size(1), p[0].size(0), p[2].size(0)};
+}
+
+struct MlpState {
+  nn::Sequential net = make_mlp(784, 256, 10);
+  Tensor x, y;
+  std::unique_ptr<bench::hand::Mlp> hand;
+  std::unique_ptr<optim::SGD> opt;
+  std::vector<int64_t> labels;
+};
+std::vector<std::unique_ptr<MlpState>> keep_mlp;
+
+void mlp_forward(const Config& cfg) {
+  const std::string fig = "mlp_forward_b1024";
+  const int64_t B = 1024;
+  auto st = std::make_unique<MlpState>();
+  st->net->eval();
+  st->x = realized_rand({B, 784});
+  auto w = weights_of(st->net);
+  st->hand = std::make_unique<bench::hand::Mlp>(B, w.w1, w.b1, w.w2, w.b2);
+  nn::Sequential net = st->net;
+  Tensor x = st->x;
+  auto tessel_call = [net, x] {
+    NoGradGuard g;
+    Tensor y = net(x);
+    y.eval();
+  };
+  {
+    BackendOverride o(main_backend());
+    NoGradGuard g;
+    Tensor y = net(x).contiguous();
+    st->hand->forward(fptr(x));
+    results.set(fig, "check_max_abs_diff", max_abs_diff(fptr(y), st->hand->z.data(), B * 10));
+  }
+  add_tessel(cfg, fig, tessel_call);
+  auto* h = st->hand.get();
+  const float* px = fptr(x);
+  add(cfg, fig, "hand", [h, px] { h->forward(px); });
+  add(cfg, fig, "libtorch", bench::torch_peer::mlp_forward(w, px, B));
+  keep_mlp.push_back(std::move(st));
+}
+
+void train_step(const Config& cfg) {
+  const std::string fig = "train_step_b256";
+  const int64_t B = 256;
+  const double lr = 0.1;
+  std::mt19937 rng(0);
+  auto make = [&](Backend& backend) {
+    auto st = std::make_unique<MlpState>();
+    manual_seed(0);  // every copy starts from the same weights
+    st->net = make_mlp(784, 256, 10);
+    manual_seed(1);
+    st->x = realized_rand({B, 784});
+    st->labels.resize(B);
+    std::mt19937 r(0);
+    for (auto& l : st->labels) l = static_cast<int64_t>(r() % 10);
+    st->y = from_vector<int64_t>(st->labels, Shape{B});
+    st->opt = std::make_unique<optim::SGD>(st->net->parameters(), optim::SGDOptions{.lr = lr});
+    nn::Sequential net = st->net;
+    Tensor x = st->x, y = st->y;
+    optim::SGD* opt = st->opt.get();
+    auto params = net->parameters();
+    auto call = [net, x, y, opt, params, &backend] {
+      BackendOverride o(backend);
+      Tensor loss = cross_entropy(net(x), y);
+      opt->zero_grad();
+      loss.backward();
+      opt->step();
+      std::vector<Tensor> outs{loss};
+      for (auto& p : params) outs.push_back(p);
+      realize(outs);  // the step is done only when the new weights exist
+    };
+    return std::make_pair(std::move(st), call);
+  };
+  auto [st, call] = make(main_backend());
+  auto w = weights_of(st->net);
+  st->hand = std::make_unique<bench::hand::Mlp>(B, w.w1, w.b1, w.w2, w.b2);
+  {  // first-step losses must agree (same weights, same batch)
+    BackendOverride o(main_backend());
+    NoGradGuard g;
+    double lt = cross_entropy(st->net(st->x), st->y).item<double>();
+    float lh = bench::hand::Mlp(B, w.w1, w.b1, w.w2, w.b2).sgd_step(fptr(st->x), st->labels.data(), lr);
+    results.set(fig, "check_loss_diff", std::fabs(lt - lh));
+  }
+  add(cfg, fig, "libtorch", bench::torch_peer::train_step(w, fptr(st->x), st->labels.data(), B, lr));
+  auto* h = st->hand.get();
+  const float* px = fptr(st->x);
+  const int64_t* py = st->labels.data();
+  add(cfg, fig, "hand", [h, px, py, lr] { h->sgd_step(px, py, static_cast<float>(lr)); });
+  add(cfg, fig, "tessel", call);
+  results.note(fig, "tessel_backend", main_backend_name());
+  keep_mlp.push_back(std::move(st));
+  if (jit_backend()) {
+    auto [st2, call2] = make(ref_backend());
+    add(cfg, fig, "tessel_ref", call2);
+    keep_mlp.push_back(std::move(st2));
+  }
+}
+
+// ------------------------------------------------------- compile latency
+
+// Distinct fused kernels: each tree differs in structure, so each needs its own compile.
+std::vector<std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>> compile_trees() {
+  using T = const Tensor&;
+  return {
+      [](T a, T b, T c) { return Tensor(relu(a * b + c) * a); },
+      [](T a, T b, T c) { return Tensor(a + b); },
+      [](T a, T b, T c) { return Tensor(a.exp() - b * c); },
+      [](T a, T b, T c) { return Tensor(Tensor(a * b).tanh() + c); },
+      [](T a, T b, T c) { return Tensor(a.sigmoid() * b - c); },
+      [](T a, T b, T c) { return Tensor((a - b) * (a - b) + c.abs()); },
+      [](T a, T b, T c) { return Tensor(a * b + c).sum({1}); },
+      [](T a, T b, T c) { return softmax(a + b, 1); },
+      [](T a, T b, T c) { return log_softmax(a * c, 1); },
+      [](T a, T b, T c) { return Tensor((a - b) * (a - b)).mean({1}); },
+      [](T a, T b, T c) { return Tensor(a * b).max(1); },
+      [](T a, T b, T c) { return Tensor(Tensor(a + 1.0).log() * b.sqrt() + c); },
+  };
+}
+
+struct CompileRun {
+  std::vector<double> per_kernel_ms;  // cold realization minus a warm one, per new kernel
+  std::vector<double> llvm_ms;        // LLVM's own time per compiled kernel (from the backend's counters)
+  uint64_t compiled = 0, from_disk = 0, kernels = 0;
+  double startup_ms = 0;
+};
+
+CompileRun compile_pass() {
+  CompileRun run;
+  Tensor a, b, c;
+  {  // inputs from the interpreter, so the JIT has compiled nothing before the timings
+    BackendOverride r(ref_backend());
+    manual_seed(7);
+    a = realized_rand({64, 33}), b = realized_rand({64, 33}), c = realized_rand({64, 33});
+  }
+  BackendOverride o(*jit_backend());
+  {  // the first kernel of a process also starts the JIT: counted apart
+    double t0 = bench::now_ms();
+    Tensor w = a * 3.0 - b;
+    w.eval();
+    run.startup_ms = bench::now_ms() - t0;
+  }
+  for (auto& tree : compile_trees()) {
+    auto s0 = cpu_jit_stats();
+    double t0 = bench::now_ms();
+    tree(a, b, c).eval();
+    double cold = bench::now_ms() - t0;
+    auto s1 = cpu_jit_stats();
+    std::vector<double> warm;
+    for (int i = 0; i < 7; ++i) {
+      double t = bench::now_ms();
+      tree(a, b, c).eval();
+      warm.push_back(bench::now_ms() - t);
+    }
+    uint64_t compiled = s1.kernels_compiled - s0.kernels_compiled;
+    uint64_t disk = s1.kernels_from_disk - s0.kernels_from_disk;
+    uint64_t fresh = compiled + disk;
+    run.compiled += compiled;
+    run.from_disk += disk;
+    run.kernels += fresh;
+    if (fresh == 0) continue;
+    run.per_kernel_ms.push_back((cold - bench::median(warm)) / static_cast<double>(fresh));
+    if (compiled) run.llvm_ms.push_back((s1.compile_ms - s0.compile_ms) / static_cast<double>(compiled));
+  }
+  return run;
+}
+
+// The disk hit needs a process whose memory cache is empty: this program again.
+int compile_child() {
+  auto run = compile_pass();
+  std::printf("compile_child hit_median_ms=%.6f hits=%llu compiled=%llu startup_ms=%.6f\n",
+              bench::median(run.per_kernel_ms), static_cast<unsigned long long>(run.from_disk),
+              static_cast<unsigned long long>(run.compiled), run.startup_ms);
+  return 0;
+}
+
+void compile_latency() {
+  const std::string fig = "compile_latency";
+  if (!jit_backend()) {
+    results.note(fig, "skipped", "built without LLVM: no compiled backend");
+    return;
+  }
+  auto run = compile_pass();
+  results.set(fig, "median_ms", bench::median(run.per_kernel_ms));
+  results.set(fig, "llvm_median_ms", bench::median(run.llvm_ms));
+  results.set(fig, "kernels", static_cast<double>(run.compiled));
+  results.set(fig, "jit_startup_ms", run.startup_ms);
+  results.note(fig, "tessel_backend", "cpu");
+  KernelCache::global().flush();  // every entry on disk before the child looks
+  std::string cmd = fmt::format("'{}' --compile-child", std::filesystem::read_symlink("/proc/self/exe").string());
+  std::vector<double> hits;
+  for (int i = 0; i < 3; ++i) {  // a few processes: the child's figure is itself a median over kernels
+    FILE* p = popen(cmd.c_str(), "r");
+    char line[512] = {0};
+    double hit = -1, startup = 0;
+    unsigned long long nhits = 0, ncompiled = 0;
+    while (p && std::fgets(line, sizeof line, p))
+      std::sscanf(line, "compile_child hit_median_ms=%lf hits=%llu compiled=%llu startup_ms=%lf", &hit, &nhits,
+                  &ncompiled, &startup);
+    if (p) pclose(p);
+    if (hit >= 0) hits.push_back(hit);
+    results.set(fig, "hit_kernels", static_cast<double>(nhits));
+    results.set(fig, "hit_recompiled", static_cast<double>(ncompiled));
+  }
+  if (!hits.empty()) results.set(fig, "hit_median_ms", bench::median(hits));
+}
+
+// ----------------------------------------------------------- fashion epoch
+
+void fashion_epoch(const Config& cfg) {
+  const std::string fig = "fashion_epoch";
+  data::Dataset train;
+  try {
+    train = data::load_fashion_mnist(true);
+  } catch (const std::exception& e) {
+    results.note(fig, "skipped", e.what());
+    return;
+  }
+  const int64_t n = train.X.size(0), batch = 256;
+  const double lr = 0.1;
+  Tensor X = train.X.contiguous();
+  X.eval();
+  std::vector<int64_t> labels = train.y.to_vector<int64_t>();
+
+  auto make_tessel = [&](Backend& backend) {
+    manual_seed(0);
+    auto net = nn::Sequential(nn::Flatten(), nn::LazyLinear(256), nn::ReLU(), nn::LazyLinear(10));
+    net->apply_init(train.X.narrow(0, 0, 2));
+    auto opt = std::make_shared<optim::SGD>(net->parameters(), optim::SGDOptions{.lr = lr});
+    auto loader = std::make_shared<data::DataLoader>(train.X, train.y,
+                                                     data::DataLoaderOptions{.batch_size = batch, .shuffle = true, .seed = 0});
+    // The per-batch work of train::Trainer::fit, without the terminal output.
+    auto epoch = [net, opt, loader, n, &backend]() -> double {
+      BackendOverride o(backend);
+      net->train();
+      double total = 0, correct = 0;
+      for (auto& [xb, yb] : loader->epoch()) {
+        Tensor logits = net(xb);
+        Tensor l = cross_entropy(logits, yb);
+        opt->zero_grad();
+        l.backward();
+        opt->step();
+        total += l.item<double>() * static_cast<double>(yb.size(0));
+        NoGradGuard g;
+        correct += binary_op(ir::Op::Eq, logits.argmax(1), yb).to(DType::f32).sum().item<double>();
+      }
+      return total / static_cast<double>(n);
+    };
+    return std::make_pair(net, std::function<double()>(epoch));
+  };
+  auto [net, tessel_epoch] = make_tessel(main_backend());
+  auto w = weights_of(net);
+  // Same initial weights, same data; the peer flattens [n,1,28,28] as [n,784].
+  auto torch_epoch = bench::torch_peer::fashion_epoch(w, fptr(X), labels.data(), n, batch, lr, 0);
+
+  auto timed = [](const std::function<double()>& f, double* loss) {
+    double t0 = bench::now_ms();
+    *loss = f();
+    return bench::now_ms() - t0;
+  };
+  double loss = 0;
+  results.set(fig, "tessel_first_epoch_ms", timed(tessel_epoch, &loss));
+  results.set(fig, "tessel_epoch1_loss", loss);
+  results.set(fig, "libtorch_first_epoch_ms", timed(torch_epoch, &loss));
+  results.set(fig, "libtorch_epoch1_loss", loss);
+  std::vector<double> tt, pt;
+  int rounds = cfg.quick ? 2 : 4;
+  for (int r = 0; r < rounds; ++r) {  // alternate, so both see the same machine
+    if (r % 2) {
+      pt.push_back(timed(torch_epoch, &loss));
+      tt.push_back(timed(tessel_epoch, &loss));
+    } else {
+      tt.push_back(timed(tessel_epoch, &loss));
+      pt.push_back(timed(torch_epoch, &loss));
+    }
+  }
+  results.set(fig, "tessel_ms", bench::median(tt));
+  results.set(fig, "libtorch_ms", bench::median(pt));
+  results.set(fig, "epochs_timed", rounds);
+  results.note(fig, "tessel_backend", main_backend_name());
+  if (jit_backend()) {  // the interpreter: one epoch after a warm one
+    auto [rnet, ref_epoch] = make_tessel(ref_backend());
+    (void)rnet;
+    timed(ref_epoch, &loss);
+    results.set(fig, "tessel_ref_ms", timed(ref_epoch, &loss));
+  }
+}
+
+// ----------------------------------------------------------- output
+
+struct Goal {
+  std::string fig, key;
+  double limit;
+  std::string text;
+};
+const std::vector<Goal> kGoals = {
+    {"fused_chain_16M", "vs_hand", 1.10, "<= 1.10x hand loop"},
+    {"fused_chain_16M", "vs_libtorch_prealloc", 0.5, ">= 2x faster than LibTorch prealloc"},
+    {"fused_chain_16M", "vs_libtorch_eager", 0.02, ">= 50x faster than LibTorch eager"},
+    {"tiny_chain_dispatch", "vs_libtorch_eager", 0.2, "<= 0.2x LibTorch eager"},
+    {"mlp_forward_b1024", "vs_hand", 1.05, "<= 1.05x sgemm + fused loop"},
+    {"compile_latency", "median_ms", 10, "<= 10 ms per kernel"},
+    {"compile_latency", "hit_median_ms", 1, "<= 1 ms per disk hit"},
+    {"train_step_b256", "vs_hand", 1.05, "<= 1.05x hand OpenBLAS step"},
+    {"train_step_b256", "vs_libtorch", 1 / 1.15, ">= 1.15x faster than LibTorch"},
+    {"fashion_epoch", "vs_libtorch", 1 / 1.2, ">= 1.2x faster than LibTorch"},
+};
+
+void write_outputs(const Config& cfg) {
+  const std::vector<std::string> order = {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024",
+                                          "compile_latency",  "train_step_b256",     "fashion_epoch"};
+  nlohmann::json j = nlohmann::json::object();
+  for (auto& [fig, kv] : results.numbers)
+    for (auto& [k, v] : kv) j[fig][k] = v;
+  for (auto& [fig, kv] : results.notes)
+    for (auto& [k, v] : kv) j[fig][k] = v;
+  std::filesystem::create_directories(cfg.out.parent_path());
+  std::ofstream(cfg.out) << j.dump(2) << "\n";
+
+  fmt::print("\n{:<26} {:<18} {:>11} {:>11} {:>10} {:>10}  {}\n", "figure", "peer", "tessel ms", "peer ms",
+             "ratio", "ref ratio", "goal (on the tessel row)");
+  fmt::print("{}\n", std::string(124, '-'));
+  for (auto& fig : order) {
+    if (!results.numbers.count(fig)) continue;
+    auto& kv = results.numbers[fig];
+    std::string backend = results.notes[fig].count("tessel_backend") ? results.notes[fig]["tessel_backend"] : "";
+    auto get = [&](const std::string& k) { return kv.count(k) ? fmt::format("{:.4g}", kv[k]) : std::string("-"); };
+    auto goal_for = [&](const std::string& key) -> std::string {
+      for (auto& g : kGoals)
+        if (g.fig == fig && g.key == key)
+          return kv.count(key) ? fmt::format("{} [{}]", g.text, kv[key] <= g.limit ? "met" : "NOT met") : g.text;
+      return "";
+    };
+    if (fig == "compile_latency") {
+      fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10}  {}\n", fig, "compile (median)", get("median_ms"), "-",
+                 "-", "-", goal_for("median_ms"));
+      fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10}  {}\n", "", "disk hit (median)", get("hit_median_ms"),
+                 "-", "-", "-", goal_for("hit_median_ms"));
+      continue;
+    }
+    for (auto& [k, v] : kv) {
+      if (k.rfind("vs_", 0) != 0) continue;
+      std::string peer = k.substr(3);
+      fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10}  {}\n", fig + (backend.empty() ? "" : " (" + backend + ")"),
+                 peer, get("tessel_ms"), get(peer + "_ms"), get(k), get("ref_vs_" + peer), goal_for(k));
+    }
+  }
+  fmt::print("\nratio = tessel time / peer time (below 1: tessel faster); ref ratio: the same for the ref interpreter.\n");
+  fmt::print("results: {}\n", cfg.out.string());
+}
+
+}  // namespace
+
+void bench::Results::ratios(const std::string& fig, const std::string& tessel_key, const std::string& prefix,
+                            const std::vector<std::string>& peers) {
+  auto& kv = numbers[fig];
+  if (!kv.count(tessel_key)) return;
+  for (auto& p : peers)
+    if (kv.count(p + "_ms") && kv[p + "_ms"] > 0) kv[prefix + "vs_" + p] = kv[tessel_key] / kv[p + "_ms"];
+}
+
+int main(int argc, char** argv) {
+  openblas_set_num_threads(1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  bench::torch_peer::use_one_thread();
+  if (argc > 1 && std::string(argv[1]) == "--compile-child") return compile_child();
+
+  // A fresh kernel cache, so compile figures see real compiles and no user cache is touched.
+  char tmpl[] = "/tmp/tessel-bench-cache-XXXXXX";
+  if (!mkdtemp(tmpl)) return 1;
+  setenv("TESSEL_CACHE_DIR", tmpl, 1);
+
+  Config cfg;
+  cfg.out = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "results.json";
+  std::vector<char*> gb_args{argv[0]};
+  std::string interleave = "--benchmark_enable_random_interleaving=true";
+  std::string no_color = "--benchmark_color=false";
+  gb_args.push_back(interleave.data());
+  gb_args.push_back(no_color.data());
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") cfg.quick = true;
+    else if (a.rfind("--only=", 0) == 0) {
+      std::stringstream ss(a.substr(7));
+      for (std::string f; std::getline(ss, f, ',');) cfg.only.insert(f);
+    } else if (a.rfind("--out=", 0) == 0) cfg.out = a.substr(6);
+    else gb_args.push_back(argv[i]);
+  }
+  int gb_argc = static_cast<int>(gb_args.size());
+  benchmark::Initialize(&gb_argc, gb_args.data());
+
+  fmt::print("tessel bench: tessel rows on backend '{}' (ref interpreter as tessel_ref), LibTorch {} with {} thread(s), "
+             "OpenBLAS 1 thread, kernel cache {}\n",
+             main_backend_name(), bench::torch_peer::version(), bench::torch_peer::num_threads(), tmpl);
+  std::fflush(stdout);
+
+  // One-shot figures first: compile latency wants a JIT that has compiled nothing yet.
+  if (cfg.wants("compile_latency")) compile_latency();
+  if (cfg.wants("fused_chain_16M")) fused_chain(cfg, "fused_chain_16M", 1, int64_t{16} << 20, true, true);
+  if (cfg.wants("tiny_chain_dispatch")) fused_chain(cfg, "tiny_chain_dispatch", 2, 20, false, false);
+  if (cfg.wants("mlp_forward_b1024")) mlp_forward(cfg);
+  if (cfg.wants("train_step_b256")) train_step(cfg);
+  Collector collector;
+  benchmark::RunSpecifiedBenchmarks(&collector);
+  if (cfg.wants("fashion_epoch")) fashion_epoch(cfg);
+
+  for (auto& fig : {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024", "train_step_b256", "fashion_epoch"}) {
+    const std::vector<std::string> peers = {"hand", "libtorch", "libtorch_prealloc", "libtorch_eager"};
+    results.ratios(fig, "tessel_ms", "", peers);
+    results.ratios(fig, "tessel_ref_ms", "ref_", peers);
+  }
+  write_outputs(cfg);
+  std::filesystem::remove_all(tmpl);
+  return 0;
+}
