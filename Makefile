@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build demo test bench clean
+.PHONY: deps configure build demo test fuzz bench clean
 
 deps:
 	@bash scripts/setup-deps.sh
@@ -15,11 +15,16 @@ build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
 # The main job: train the chapter's MLP on Fashion-MNIST, save, reload, re-evaluate.
+# Outputs (mlp.params, fashion_mnist_curves.png) go to $(BUILD)/demo.
 demo: build
-	@$(BUILD)/samples/train_fashion_mnist
+	@mkdir -p $(BUILD)/demo && cd $(BUILD)/demo && ../samples/train_fashion_mnist
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600
+	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 900
+
+# The checkpoint loader under libFuzzer with ASan+UBSan, for a bounded time.
+fuzz: deps
+	@bash scripts/fuzz-checkpoint.sh $(or $(FUZZ_SECONDS),45)
 
 bench: deps
 	@bash scripts/setup-deps.sh --bench
