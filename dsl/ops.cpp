@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "codegen/builders.h"
+#include "codegen/cuda/cuda_backend.h"
 #include "dsl/tensor.h"
 
 namespace tessel {
@@ -91,8 +92,9 @@ Tensor Tensor::argmax(int64_t d, bool k) const { return reduce(ir::Op::ArgMax, *
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
   check_device_exists(d);
-  throw DeviceError(fmt::format("to({}): copies between {} and {} need the CUDA runtime, which this build lacks",
-                                d.str(), device().str(), d.str()));
+  // A dense copy on `d` (host<->device through pinned staging, or device to device).
+  ir::BufferView v = copy_between_devices(buffer(), dtype(), shape(), device(), d);
+  return from_buffer(std::move(v), dtype(), shape(), d);
 }
 
 }  // namespace tessel

@@ -2,12 +2,14 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
 #include "codegen/autodiff.h"
 #include "codegen/backend.h"
 #include "codegen/builders.h"
+#include "codegen/cuda/cuda_backend.h"
 #include "dsl/lazy_registry.h"
 
 namespace tessel {
@@ -192,6 +194,7 @@ std::optional<ir::BufferView> movement_view(const ir::Node& n) {
 
 void realize(const std::vector<Tensor>& ts) {
   std::vector<ir::NodePtr> roots, views;
+  std::vector<std::pair<int, std::vector<ir::NodePtr>>> on_gpu;
   bool keep = false;
   auto add_root = [&](const ir::NodePtr& n) {
     roots.push_back(n);
@@ -200,9 +203,12 @@ void realize(const std::vector<Tensor>& ts) {
   for (const auto& t : ts) {
     const auto& n = t.node();
     if (n->realized()) continue;
-    if (!t.device().is_cpu())
-      throw DeviceError(fmt::format("cannot compute on {}: this build has no CUDA execution backend yet; move the "
-                                    "tensors to the CPU with .cpu()", t.device().str()));
+    if (!t.device().is_cpu()) {  // the CUDA backend, one realization per device
+      auto it = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const auto& g) { return g.first == t.device().index; });
+      if (it == on_gpu.end()) it = on_gpu.insert(on_gpu.end(), {t.device().index, {}});
+      it->second.push_back(n);
+      continue;
+    }
     if (is_movement(*n)) {
       // A view (t.t(), y.reshape(...)) shares memory with the value it views,
       // as in PyTorch: compute that value as itself, then view it, so writes
@@ -214,6 +220,13 @@ void realize(const std::vector<Tensor>& ts) {
       continue;
     }
     add_root(n);
+  }
+  for (auto& [dev, gpu_roots] : on_gpu) {
+    bool keep_gpu = false;
+    for (auto& r : gpu_roots) keep_gpu = keep_gpu || r->requires_grad;
+    cuda_realize(dev, gpu_roots, keep_gpu);
+    for (auto& r : gpu_roots)
+      if (!r->requires_grad) r->args.clear();
   }
   if (!roots.empty()) cpu_backend().realize(roots, keep);
   std::vector<ir::NodePtr> copies;  // views that need a copy (a reshape of strided memory)

@@ -389,3 +389,10 @@ BufferView copy_between_devices(const BufferView& v, DType t, const Shape& s, De
 }
 
 }  // namespace tessel
+
+namespace tessel {
+namespace {
+// Storage on GPUs works from the start (empty(s, gpu(0)) needs no computation first).
+const bool g_hooks_installed = (install_cuda_storage_hooks(), true);
+}  // namespace
+}  // namespace tessel
