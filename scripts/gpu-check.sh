@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The check to run on a machine with an NVIDIA GPU and CUDA 13 (no network
 # needed): configure and build tessel in Release in build-gpu/, run the tests
-# labelled gpu or nvrtc, print one summary line. Ends within 8 minutes: each
+# labelled gpu or nvrtc, measure the GPU figures (fused elementwise chain vs a
+# device-to-device copy; MLP forward vs cuBLAS alone), print one summary line. Ends within 8 minutes: each
 # stage gets what is left of the budget.
 #
 #   scripts/gpu-check.sh
@@ -73,12 +74,21 @@ nvrtc_bin=$(find "$build" -name nvrtc_tests -type f -perm -u+x | head -1)
 if [[ -n "$nvrtc_bin" ]] && (($(left) > 20)); then
   timing=$(timeout 20 "$nvrtc_bin" "[timing]" 2>/dev/null | grep -o "median compile of a small kernel: .*" | head -1)
 fi
+# GPU figures (tests/cuda_codegen/gpu_bench.cpp).
+bench=""
+bench_bin=$(find "$build" -name cuda_gpu_bench -type f -perm -u+x | head -1)
+if [[ -n "$bench_bin" ]] && (($(left) > 30)); then
+  bench_out=$(timeout $(($(left) - 10)) "$bench_bin" 2>&1)
+  echo "$bench_out" >>"$log"
+  echo "$bench_out" | grep "^gpu-bench:"
+  bench=$(echo "$bench_out" | grep "^gpu-bench:" | sed 's/^gpu-bench: //' | paste -sd ';' - | sed 's/;/; /g')
+fi
 skipped=""
 if grep -q "no GPU: skipped" "$build"/Testing/Temporary/LastTest.log 2>/dev/null; then
   skipped=" (gpu tests SKIPPED: tessel saw no CUDA device)"
 fi
 
-details="${result:-ctest gave no result}${skipped}; NVRTC ${timing:-timing not found}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
+details="${result:-ctest gave no result}${skipped}; NVRTC ${timing:-timing not found}; ${bench:-no GPU figures}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
 if ((rc == 0)); then
   summary PASS "$details"
   exit 0
