@@ -23,10 +23,9 @@ Backend& cpu_backend() {
   // Referencing the compiled backend links it in (it registers itself at
   // start-up); null in a build without LLVM.
   static Backend* const compiled = cpu_jit_backend();
-  if (choice == "ref") return ref_backend();
-  if (g_compiled_cpu) return *g_compiled_cpu;
-  if (choice == "cpu" && compiled) return *compiled;
-  return ref_backend();
+  if (!g_compiled_cpu) g_compiled_cpu = compiled;
+  if (choice == "ref" || !g_compiled_cpu) return ref_backend();
+  return *g_compiled_cpu;
   return *g_compiled_cpu;
 }
 

@@ -239,11 +239,10 @@ CpuBackend& instance() {
   return b;
 }
 
-// Default CPU backend only once it passes every existing test; until then
-// TESSEL_BACKEND=cpu selects it.
-constexpr bool kDefaultBackend = false;
+// The default CPU backend wherever LLVM is built in (TESSEL_BACKEND=ref
+// forces the interpreter).
 const bool g_registered = [] {
-  if (kDefaultBackend) register_cpu_backend(&instance());
+  register_cpu_backend(&instance());
   return true;
 }();
 

@@ -1,0 +1,262 @@
+// The compiled CPU backend against the ref interpreter, and how it fuses.
+// Scheduling tests run in every build; the compiled ones need LLVM.
+#include "tests/support/tensor_testing.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+
+#include "codegen/cpu/cpu_backend.h"
+#include "codegen/schedule.h"
+#include "tessel/config.h"
+
+using namespace tessel;
+using namespace tessel::testing;
+
+namespace {
+
+Tensor rnd(std::mt19937_64& g, const Shape& s, DType t) {
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (auto& x : v) x = u(g);
+  return make(v, s, t);
+}
+
+// A random expression over [m, n] leaves: contiguous, transposed, strided,
+// broadcast rows/columns/scalars; elementwise ops and keepdim reductions.
+struct TreeGen {
+  std::mt19937_64 g;
+  DType t;
+  int64_t m, n;
+  std::vector<Tensor> leaves;  // realized once, shared by both backends' trees
+
+  void make_leaves(std::mt19937_64& lg) {
+    for (int kind = 0; kind < 8; ++kind) leaves.push_back(leaf(lg, kind % 6));
+  }
+  Tensor leaf(std::mt19937_64& g, int kind) {
+    switch (kind) {
+      case 0: return rnd(g, {m, n}, t);
+      case 1: return rnd(g, {n, m}, t).t();
+      case 2: return rnd(g, {m, 2 * n}, t).slice(1, 0, 2 * n, 2);
+      case 3: return rnd(g, {1, n}, t);
+      case 4: return rnd(g, {m, 1}, t);
+      default: return rnd(g, {}, t);
+    }
+  }
+  Tensor gen(int depth) {
+    int choice = depth <= 0 ? 0 : static_cast<int>(g() % 10);
+    switch (choice) {
+      case 0: {
+        return leaves[g() % leaves.size()];
+      }
+      case 1: case 2: case 3: {
+        Tensor a = gen(depth - 1), b = gen(depth - 1);
+        switch (g() % 6) {
+          case 0: return Tensor(a + b);
+          case 1: return Tensor(a - b);
+          case 2: return Tensor(a * b);
+          case 3: return maximum(a, b);
+          case 4: return minimum(a, b);
+          default: return a / Tensor(b.abs() + 1);
+        }
+      }
+      case 4: case 5: {
+        Tensor a = gen(depth - 1);
+        switch (g() % 8) {
+          case 0: return a.neg();
+          case 1: return a.abs();
+          case 2: return a.tanh();
+          case 3: return a.sigmoid();
+          case 4: return a.relu();
+          case 5: return Tensor(a.abs() + 1).sqrt();
+          case 6: return Tensor(a.abs() + 1).log();
+          default: return Tensor(a * 0.5).exp();
+        }
+      }
+      case 6: {
+        Tensor a = gen(depth - 1), b = gen(depth - 1), c = gen(depth - 1);
+        return where(a > b, b, c);
+      }
+      case 7: {
+        Tensor a = gen(depth - 1);
+        int64_t d = static_cast<int64_t>(g() % 2);
+        if (a.shape().rank() < 2) return a;
+        switch (g() % 4) {
+          case 0: return a.sum({d}, true);
+          case 1: return a.mean({d}, true);
+          case 2: return a.max(d, true);
+          default: return a.min(d, true);
+        }
+      }
+      case 8: return Tensor(gen(depth - 1) * 2.5 + 1);
+      default: {
+        Tensor a = gen(depth - 1);
+        return Tensor(a.to(t == DType::f32 ? DType::f64 : DType::f32) * 3).to(t);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("scheduling: an elementwise chain is one kernel", "[jit]") {
+  Tensor a = rand({4, 5}), b = rand({4, 5}), c = rand({5}), d = rand({4, 1});
+  Tensor y = Tensor(a * b + c).relu() * d;
+  sched::Schedule s = sched::schedule({y.node()});
+  INFO(s.to_string());
+  CHECK(s.kernels() == 1);
+  CHECK(s.steps.size() == 1);
+}
+
+TEST_CASE("scheduling: a reduction takes its producers; shared nodes are cut with a reason", "[jit]") {
+  Tensor a = rand({4, 5}), b = rand({4, 5});
+  Tensor s1 = Tensor(a * b).exp().sum({1});
+  sched::Schedule s = sched::schedule({s1.node()});
+  CHECK(s.kernels() == 1);
+  Tensor shared = Tensor(a * b);
+  Tensor y = shared.exp() + shared.sum({1}, true);
+  sched::Schedule s2 = sched::schedule({y.node()});
+  INFO(s2.to_string());
+  CHECK(s2.kernels() == 3);
+  CHECK(s2.materialized.at(shared.node().get()) == "used by 2 consumers");
+}
+
+TEST_CASE("scheduling: the input limit cuts a wide tree", "[jit]") {
+  Tensor y = rand({3});
+  for (int i = 0; i < 40; ++i) y = Tensor(y + rand({3}));
+  sched::Schedule s = sched::schedule({y.node()}, {16, false});
+  CHECK(s.kernels() >= 3);
+  bool has_reason = false;
+  for (auto& [n, why] : s.materialized) has_reason = has_reason || why.find("input limit") != std::string::npos;
+  CHECK(has_reason);
+}
+
+#if TESSEL_HAS_LLVM
+
+TEST_CASE("the compiled backend is there and TESSEL_BACKEND picks it", "[jit]") {
+  REQUIRE(cpu_jit_backend());
+  CHECK(cpu_jit_backend()->name() == "cpu");
+  const char* e = std::getenv("TESSEL_BACKEND");
+  if (e && std::string(e) == "ref") CHECK(cpu_backend().name() == "ref");
+  else CHECK(cpu_backend().name() == "cpu");
+}
+
+TEST_CASE("compiled vs ref on random trees", "[jit]") {
+  Backend* jit = cpu_jit_backend();
+  REQUIRE(jit);
+  uint64_t seed = test_seed("jit random trees");
+  std::mt19937_64 pick(seed);
+  const int64_t sizes[] = {1, 2, 7, 31, 33, 64};
+  for (int tree = 0; tree < 500; ++tree) {
+    uint64_t tseed = pick();
+    TreeGen gen{std::mt19937_64(tseed), pick() % 3 == 0 ? DType::f64 : DType::f32, sizes[pick() % 6], sizes[pick() % 6], {}};
+    if (tree % 100 == 7) { gen.m = 1; gen.n = 1000003; }
+    int depth = 1 + static_cast<int>(pick() % 4);
+    std::mt19937_64 lg(tseed ^ 0x5bd1e995);
+    gen.make_leaves(lg);
+    // The same draws build the same tree twice over the same leaves.
+    TreeGen again = gen;
+    Tensor want, got;
+    {
+      BackendOverride o(ref_backend());
+      want = gen.gen(depth);
+      want.eval();
+    }
+
+    {
+      BackendOverride o(*jit);
+      got = again.gen(depth);
+      got.eval();
+    }
+    INFO("tree " << tree << " seed " << tseed << " dtype " << dtype_name(gen.t) << " [" << gen.m << ", " << gen.n
+                 << "]\n" << ir::to_string(got.node()));
+    REQUIRE(got.shape() == want.shape());
+    double tol = gen.t == DType::f32 ? 1e-5 : 1e-12;
+    require_close(vals(got), vals(want), tol, tol);
+  }
+}
+
+TEST_CASE("relu(a*b+c)*d is one kernel; new shapes compile nothing", "[jit]") {
+  Backend* jit = cpu_jit_backend();
+  BackendOverride o(*jit);
+  auto run = [](int64_t m, int64_t n) {
+    Tensor a = rand({m, n}), b = rand({m, n}), c = rand({n}), d = rand({m, n});
+    Tensor y = Tensor(a * b + c).relu() * d;
+    y.eval();
+    auto want = [&] {
+      BackendOverride r(ref_backend());
+      Tensor z = Tensor(a * b + c).relu() * d;
+      return vals(z);
+    }();
+    require_close(vals(y), want, 1e-6, 1e-6);
+  };
+  run(2, 3);  // warm: inputs' own realization and the kernel itself
+  reset_cpu_jit_stats();
+  run(31, 33);
+  CpuJitStats s = cpu_jit_stats();
+  CHECK(s.kernels_compiled == 0);
+  CHECK(s.kernels_from_disk == 0);
+  // Rank is structure: a 1-d chain is its own kernel, compiled once.
+  Tensor(Tensor(rand({3}) * rand({3}) + rand({3})).relu() * rand({3})).eval();
+  Tensor a = rand({1000003}), b = rand({1000003}), c = rand({1000003}), d = rand({1000003});
+  a.eval(); b.eval(); c.eval(); d.eval();
+  reset_cpu_jit_stats();
+  Tensor y = Tensor(a * b + c).relu() * d;
+  y.eval();
+  s = cpu_jit_stats();
+  CHECK(s.kernels_launched == 1);
+  CHECK(s.kernels_compiled == 0);
+  CHECK(s.fallbacks == 0);
+}
+
+TEST_CASE("a reduction with its prologue is one kernel", "[jit]") {
+  BackendOverride o(*cpu_jit_backend());
+  Tensor a = rand({33, 31}), b = rand({33, 31});
+  a.eval(); b.eval();
+  reset_cpu_jit_stats();
+  Tensor s = Tensor(a * b).exp().sum({1});
+  s.eval();
+  CHECK(cpu_jit_stats().kernels_launched == 1);
+  BackendOverride r(ref_backend());
+  require_close(vals(s), vals(Tensor(a * b).exp().sum({1})), 1e-6, 1e-6);
+}
+
+TEST_CASE("non-contiguous, broadcast and odd-size inputs", "[jit]") {
+  BackendOverride o(*cpu_jit_backend());
+  for (int64_t n : {1, 31, 33}) {
+    Tensor base = rand({n, 2 * n + 1});
+    Tensor x = base.slice(1, 1, 2 * n + 1, 2).t();   // [n, n], strided and transposed
+    Tensor col = rand({n, 1});
+    Tensor y = Tensor(x * col - x.mean({0}, true)).tanh();
+    Tensor m = x.max(1);
+    y.eval();
+    m.eval();
+    BackendOverride r(ref_backend());
+    require_close(vals(y), vals(Tensor(x * col - x.mean({0}, true)).tanh()), 1e-6, 1e-6);
+    require_close(vals(m), vals(x.max(1)), 0, 0);
+  }
+}
+
+TEST_CASE("TESSEL_DUMP writes each kernel's text and LLVM IR", "[jit]") {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tessel_dump_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ::setenv("TESSEL_DUMP", dir.c_str(), 1);
+  {
+    BackendOverride o(*cpu_jit_backend());
+    Tensor y = Tensor(rand({5}).neg().abs().neg() * 7).sigmoid();
+    y.eval();
+  }
+  ::unsetenv("TESSEL_DUMP");
+  int kir = 0, ll = 0, schedules = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    kir += e.path().extension() == ".kir";
+    ll += e.path().extension() == ".ll";
+    schedules += e.path().filename().string().rfind("schedule_", 0) == 0;
+  }
+  CHECK(kir >= 1);
+  CHECK(ll == kir);
+  CHECK(schedules >= 1);
+  std::filesystem::remove_all(dir);
+}
+
+#endif  // TESSEL_HAS_LLVM
