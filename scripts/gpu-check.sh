@@ -16,7 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 jobs=${JOBS:-$(nproc)}
 budget=${GPU_CHECK_BUDGET_S:-465}  # 7:45, leaving room under 8 minutes
-labels='gpu|nvrtc'
+labels='gpu|driver|nvrtc'
 start=$(date +%s)
 mkdir -p "$build"
 log=$build/gpu-check.log
