@@ -440,24 +440,37 @@ class Interpreter {
       return;
     }
     auto ta = ma.trans ? CblasTrans : CblasNoTrans, tb = mb.trans ? CblasTrans : CblasNoTrans;
+    // Small products run in the plain loop below: OpenBLAS hands even tiny
+    // GEMMs to its thread pool, whose spinning workers then steal the cores
+    // from everything else (a test full of 3x4 products ran 50x slower on a
+    // busy two-core machine).
+    constexpr int64_t kBlasMinWork = 64 * 64 * 64;
+    bool blas = M * N * K >= kBlasMinWork;
     if constexpr (std::is_same_v<T, float>) {
+      if (!blas) return loop_gemm<T, double>(ma, mb, A, B, C, M, N, K);
       cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f, A,
                   static_cast<int>(ma.ld), B, static_cast<int>(mb.ld), 0.0f, C, static_cast<int>(N));
     } else if constexpr (std::is_same_v<T, double>) {
+      if (!blas) return loop_gemm<T, double>(ma, mb, A, B, C, M, N, K);
       cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0, A,
                   static_cast<int>(ma.ld), B, static_cast<int>(mb.ld), 0.0, C, static_cast<int>(N));
     } else {
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-          int64_t acc = 0;
-          for (int64_t p = 0; p < K; ++p) {
-            T x = ma.trans ? A[p * ma.ld + i] : A[i * ma.ld + p];
-            T y = mb.trans ? B[j * mb.ld + p] : B[p * mb.ld + j];
-            acc += static_cast<int64_t>(x) * static_cast<int64_t>(y);
-          }
-          C[i * N + j] = static_cast<T>(acc);
-        }
+      loop_gemm<T, int64_t>(ma, mb, A, B, C, M, N, K);
     }
+  }
+
+  template <class T, class Acc>
+  static void loop_gemm(const Mat& ma, const Mat& mb, const T* A, const T* B, T* C, int64_t M, int64_t N, int64_t K) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        Acc acc = 0;
+        for (int64_t p = 0; p < K; ++p) {
+          T x = ma.trans ? A[p * ma.ld + i] : A[i * ma.ld + p];
+          T y = mb.trans ? B[j * mb.ld + p] : B[p * mb.ld + j];
+          acc += static_cast<Acc>(x) * static_cast<Acc>(y);
+        }
+        C[i * N + j] = static_cast<T>(acc);
+      }
   }
 };
 

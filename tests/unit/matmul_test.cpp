@@ -167,3 +167,29 @@ TEST_CASE("matmul of random f32 matrices within f32 rounding", "[matmul]") {
   Tensor a = randn({4, 16, 31}), b = randn({4, 31, 7});
   require_close(vals(a.matmul(b)), naive(vals(a), vals(b), 4, 16, 31, 7), 1e-4, 1e-5);
 }
+
+TEST_CASE("matmul of large operands (the BLAS path) in every layout", "[matmul]") {
+  manual_seed(7);
+  for (DType dt : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dt));
+    Tensor a = randn({96, 80}, dt), b = randn({80, 70}, dt);
+    std::vector<double> expect = naive(vals(a), vals(b), 1, 96, 80, 70);
+    double tol = dt == DType::f32 ? 1e-4 : 1e-11;
+    require_close(vals(a.matmul(b)), expect, tol, tol);
+    Tensor at = a.t().contiguous().t(), bt = b.t().contiguous().t();  // column-major storage
+    require_close(vals(at.matmul(b)), expect, tol, tol);
+    require_close(vals(a.matmul(bt)), expect, tol, tol);
+    require_close(vals(at.matmul(bt)), expect, tol, tol);
+    Tensor as = randn({96, 160}, dt).slice(1, 0, 160, 2);  // a column stride of 2: copied first
+    require_close(vals(as.matmul(b)), naive(vals(as), vals(b), 1, 96, 80, 70), tol, tol);
+  }
+}
+
+TEST_CASE("batched matmul of large operands (the BLAS path)", "[matmul]") {
+  manual_seed(8);
+  Tensor a = randn({3, 70, 64}, DType::f64), b = randn({64, 66}, DType::f64);
+  std::vector<double> bb;
+  auto bv = vals(b);
+  for (int i = 0; i < 3; ++i) bb.insert(bb.end(), bv.begin(), bv.end());
+  require_close(vals(a.matmul(b)), naive(vals(a), bb, 3, 70, 64, 66), 1e-11, 1e-11);
+}
