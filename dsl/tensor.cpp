@@ -153,34 +153,31 @@ namespace {
 
 bool is_movement(const ir::Node& n) { return ir::op_category(n.op) == ir::Category::Movement; }
 
-// The memory a chain of movement nodes views once the node below the chain
-// is realized; nullopt when a reshape needs a copy.
-std::optional<ir::BufferView> movement_view(const ir::Node& n) {
-  if (n.realized()) return *n.buffer;
-  if (!is_movement(n)) return std::nullopt;
+// The strides (and offset shift) a movement node gives the memory `in` of
+// its argument; nullopt for a reshape that no strides can express (that
+// reshape is a copy).
+std::optional<ir::BufferView> apply_movement(const ir::Node& n, const ir::BufferView& in) {
   const ir::Node& x = *n.args[0];
-  std::optional<ir::BufferView> in = movement_view(x);
-  if (!in) return std::nullopt;
-  ir::BufferView v = *in;
+  ir::BufferView v = in;
   switch (n.op) {
     case ir::Op::Permute:
-      for (size_t i = 0; i < n.axes.size(); ++i) v.strides[i] = in->strides[static_cast<size_t>(n.axes[i])];
+      for (size_t i = 0; i < n.axes.size(); ++i) v.strides[i] = in.strides[static_cast<size_t>(n.axes[i])];
       return v;
     case ir::Op::Expand: {
       size_t lead = n.shape.dims.size() - x.shape.dims.size();
       v.strides.assign(n.shape.dims.size(), 0);
       for (size_t i = 0; i < x.shape.dims.size(); ++i)
-        v.strides[lead + i] = x.shape.dims[i] == 1 ? 0 : in->strides[i];
+        v.strides[lead + i] = x.shape.dims[i] == 1 ? 0 : in.strides[i];
       return v;
     }
     case ir::Op::Slice:
       for (size_t i = 0; i < v.strides.size(); ++i) {
-        v.offset += n.axes[2 * i] * in->strides[i];
-        v.strides[i] = in->strides[i] * n.axes[2 * i + 1];
+        v.offset += n.axes[2 * i] * in.strides[i];
+        v.strides[i] = in.strides[i] * n.axes[2 * i + 1];
       }
       return v;
     case ir::Op::Reshape: {
-      auto st = view_strides(x.shape, in->strides, n.shape);
+      auto st = view_strides(x.shape, in.strides, n.shape);
       if (!st) return std::nullopt;
       v.strides = std::move(*st);
       return v;
@@ -190,11 +187,22 @@ std::optional<ir::BufferView> movement_view(const ir::Node& n) {
   return std::nullopt;
 }
 
+// The strides a pending node's value will have once realized, by the rules
+// realize() follows: computed values are dense, movement nodes view the
+// memory below them, and a reshape no strides can express is a dense copy.
+Strides layout_of(const ir::Node& n) {
+  if (n.realized()) return n.buffer->strides;
+  if (!is_movement(n)) return contiguous_strides(n.shape);
+  ir::BufferView in;
+  in.strides = layout_of(*n.args[0]);
+  auto v = apply_movement(n, in);
+  return v ? v->strides : contiguous_strides(n.shape);
+}
+
 }  // namespace
 
 void realize(const std::vector<Tensor>& ts) {
   std::vector<ir::NodePtr> roots, views;
-  std::vector<std::pair<int, std::vector<ir::NodePtr>>> on_gpu;
   bool keep = false;
   auto add_root = [&](const ir::NodePtr& n) {
     roots.push_back(n);
@@ -203,12 +211,9 @@ void realize(const std::vector<Tensor>& ts) {
   for (const auto& t : ts) {
     const auto& n = t.node();
     if (n->realized()) continue;
-    if (!t.device().is_cpu()) {  // the CUDA backend, one realization per device
-      auto it = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const auto& g) { return g.first == t.device().index; });
-      if (it == on_gpu.end()) it = on_gpu.insert(on_gpu.end(), {t.device().index, {}});
-      it->second.push_back(n);
-      continue;
-    }
+    if (!t.device().is_cpu())
+      throw DeviceError(fmt::format("cannot compute on {}: this build has no CUDA execution backend yet; move the "
+                                    "tensors to the CPU with .cpu()", t.device().str()));
     if (is_movement(*n)) {
       // A view (t.t(), y.reshape(...)) shares memory with the value it views,
       // as in PyTorch: compute that value as itself, then view it, so writes
@@ -221,30 +226,23 @@ void realize(const std::vector<Tensor>& ts) {
     }
     add_root(n);
   }
-  for (auto& [dev, gpu_roots] : on_gpu) {
-    bool keep_gpu = false;
-    for (auto& r : gpu_roots) keep_gpu = keep_gpu || r->requires_grad;
-    cuda_realize(dev, gpu_roots, keep_gpu);
-    for (auto& r : gpu_roots)
-      if (!r->requires_grad) r->args.clear();
-  }
   if (!roots.empty()) cpu_backend().realize(roots, keep);
-  std::vector<ir::NodePtr> copies;  // views that need a copy (a reshape of strided memory)
-  for (auto& v : views) {
-    if (v->realized()) continue;
-    if (auto mem = movement_view(*v)) v->buffer = std::move(*mem);
-    else copies.push_back(v);
-  }
-  if (!copies.empty()) {
-    bool keep_copies = false;
-    for (auto& c : copies) keep_copies = keep_copies || c->requires_grad;
-    cpu_backend().realize(copies, keep_copies);
-  }
-  // Values that carry no gradient never need their inputs again: free the graph.
-  for (auto& r : roots)
+  for (auto& r : roots)  // values that carry no gradient never need their inputs again
     if (!r->requires_grad) r->args.clear();
-  for (auto& r : views)
-    if (!r->requires_grad) r->args.clear();
+  // Each view chain, bottom up: every node becomes a view of the memory below
+  // it (so any tensor holding one of them shares that memory), except a
+  // reshape that needs a copy, which gets memory of its own.
+  for (auto& top : views) {
+    std::vector<ir::NodePtr> chain;
+    for (ir::NodePtr n = top; !n->realized(); n = n->args[0]) chain.push_back(n);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const ir::NodePtr& n = *it;
+      if (n->realized()) continue;
+      if (auto v = apply_movement(*n, *n->args[0]->buffer)) n->buffer = std::move(*v);
+      else cpu_backend().realize({n}, n->requires_grad);
+      if (!n->requires_grad) n->args.clear();
+    }
+  }
 }
 
 const Tensor& Tensor::eval() const {
@@ -345,6 +343,19 @@ Tensor Tensor::reshape(std::vector<int64_t> s) const {
     }
   }
   return from_node(ir::reshape(node(), std::move(s)), device());
+}
+
+Tensor Tensor::view(std::vector<int64_t> s) const {
+  if (!(requires_grad() && grad_enabled())) {
+    // The layout a pending value will have is known without computing it.
+    ir::NodePtr probe = ir::reshape(ir::constant(ir::ScalarValue::of(0), dtype(), shape()), s);
+    Strides st = layout_of(*node());
+    if (!view_strides(shape(), st, probe->shape))
+      throw ShapeError(fmt::format("view: a tensor of shape {} with strides [{}] cannot be viewed as [{}] without a "
+                                   "copy; use reshape(), which copies when it must (or contiguous() first)",
+                                   shape().str(), fmt::join(st, ", "), fmt::join(s, ", ")));
+  }
+  return reshape(std::move(s));
 }
 
 Tensor Tensor::flatten(int64_t start, int64_t end) const {
@@ -516,6 +527,13 @@ const Tensor& Tensor::assign_(const Tensor& value) const {
   if (tracked && requires_grad())
     throw ValueError("in-place op on a leaf tensor that requires grad (a parameter): its gradient would be lost; "
                      "write through .data() or inside a NoGradGuard");
+  // An expanded view repeats one memory location across a dim: a write would
+  // race with itself (PyTorch refuses it too).
+  for (size_t d = 0; d < shape().dims.size(); ++d)
+    if (shape().dims[d] > 1 && buffer().strides[d] == 0)
+      throw ValueError(fmt::format("in-place op on a tensor of shape {} whose elements share memory (an expand() "
+                                   "view, dim {} has stride 0); clone() it first",
+                                   shape().str(), d));
   // Compute the value before the memory changes, then let other lazy readers
   // see the old bytes, then write.
   Tensor val = from_node(v, device());

@@ -93,7 +93,8 @@ class Tensor {
 
   // --- views and copies ---
   Tensor reshape(std::vector<int64_t> s) const;
-  Tensor view(std::vector<int64_t> s) const { return reshape(std::move(s)); }
+  /// reshape that never copies: ShapeError when the strides allow no view (use reshape then).
+  Tensor view(std::vector<int64_t> s) const;
   Tensor flatten(int64_t start = 0, int64_t end = -1) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
   Tensor t() const;

@@ -113,3 +113,9 @@ TEST_CASE("backward with a gradient of the wrong shape", "[error]") {
   Tensor y = x * 2;
   REQUIRE_ERROR(y.backward(ones({4})), ShapeError, "backward", "[4]", "[3]");
 }
+
+TEST_CASE("view of a transposed tensor that needs a copy", "[error]") {
+  Tensor t = ones({2, 3}).t();
+  REQUIRE_ERROR(t.view({6}), ShapeError, "view", "[3, 2]", "strides [1, 3]", "[6]", "reshape()");
+  CHECK(t.reshape({6}).numel() == 6);  // reshape copies instead
+}

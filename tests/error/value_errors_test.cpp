@@ -62,3 +62,13 @@ TEST_CASE("an unbound symbolic parameter", "[error]") {
   Tensor x = ones({1, 2});
   REQUIRE_ERROR(Tensor(x % param<"W1">), ValueError, "W1", "not bound");
 }
+
+TEST_CASE("in-place write into an expanded view", "[error]") {
+  Tensor e = tensor({1., 2.}).expand({3, 2});
+  REQUIRE_ERROR(e += 1, ValueError, "in-place", "[3, 2]", "share memory", "clone()");
+}
+
+TEST_CASE("in-place write into a lazy expanded view", "[error]") {
+  Tensor e = Tensor(tensor({1., 2.}) * 2).expand({2, 2});
+  REQUIRE_ERROR(e.fill_(0), ValueError, "share memory");
+}

@@ -191,3 +191,30 @@ TEST_CASE("a view of a pending tensor computes the base once", "[lazy]") {
   CHECK(vals(v) == std::vector<double>{2, 2, 2});
   CHECK(y.is_realized());
 }
+
+TEST_CASE("a pending reader of a tensor written through a view keeps its value", "[lazy]") {
+  Tensor y = ones({2, 2}) * 3;  // pending
+  y.reshape({-1})[1] = 7;       // realizes y, writes through the view
+  Tensor z = y + 1;             // pending reader of y's memory
+  y.fill_(0);
+  CHECK(vals(z) == std::vector<double>{4, 8, 4, 4});
+  CHECK(vals(y) == std::vector<double>{0, 0, 0, 0});
+}
+
+TEST_CASE("a view of a copying reshape of a pending view shares the copy", "[lazy]") {
+  // v = t.t().reshape({-1}).reshape({3, 2}): the first reshape must copy; v is
+  // a view of that copy, so writes through v's own views reach v (as in PyTorch).
+  Tensor t = arange(6, DType::f64).reshape({2, 3});
+  Tensor v = t.t().reshape({-1}).reshape({3, 2});
+  v.reshape({-1})[1] = 100;
+  CHECK(vals(v) == std::vector<double>{0, 100, 1, 4, 2, 5});
+  CHECK(vals(t) == std::vector<double>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("view() of a pending tensor checks the layout it will have", "[lazy]") {
+  Tensor y = ones({2, 3}) * 2;
+  CHECK(dims(y.view({3, 2})) == std::vector<int64_t>{3, 2});  // dense once computed
+  CHECK_THROWS_AS(y.t().view({6}), ShapeError);                // a transposed view of it
+  CHECK(!y.is_realized());                                     // nothing computed to decide
+  CHECK(dims(y.t().reshape({6})) == std::vector<int64_t>{6});
+}

@@ -229,3 +229,33 @@ TEST_CASE("handles are shallow: a copied handle is the same tensor", "[views]") 
   CHECK(vals(a) == std::vector<double>{2, 3});
   CHECK(a.is_same(b));
 }
+
+TEST_CASE("one element of an expanded view is its single memory location", "[views]") {
+  // As in PyTorch: the 0-d element view does not overlap itself, so the write
+  // is allowed and lands in the expanded tensor's memory.
+  Tensor base = tensor({{5.}});
+  Tensor e = base.expand({2, 3});
+  e.reshape({-1})[1] = 0;
+  CHECK(base.item<double>() == 0);
+  CHECK(vals(e) == std::vector<double>(6, 0.0));
+}
+
+TEST_CASE("view never copies: writes through a view always reach the tensor", "[views]") {
+  Tensor t = arange(6, DType::f64).reshape({2, 3});
+  t.view({3, 2})[2][1] = -1;
+  CHECK(vals(t)[5] == -1);
+  Tensor col = t.slice(1, 0, 1);  // [2, 1] with strides [3, 1]
+  col.view({2})[1] = 9;
+  CHECK(vals(t)[3] == 9);
+}
+
+TEST_CASE("reshape of a non-contiguous tensor copies, so writes do not reach it", "[views]") {
+  // As in PyTorch: reshape returns a view when it can and a copy otherwise.
+  Tensor t = arange(6, DType::f64).reshape({2, 3}).t();  // [3, 2], strides [1, 3]
+  Tensor r = t.reshape({6});
+  r[0] = 100;
+  CHECK(vals(t)[0] == 0);
+  Tensor u = t.reshape({3, 2, 1});  // only a size-1 dim added: a view
+  u[0][0][0] = 100;
+  CHECK(vals(t)[0] == 100);
+}
