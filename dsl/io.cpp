@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "runtime/safetensors.h"
@@ -19,14 +21,18 @@ void write_entries(const std::vector<std::pair<std::string, Tensor>>& items, Che
                    const std::filesystem::path& path) {
   std::vector<Tensor> host;  // keeps the contiguous host copies alive while writing
   std::vector<safetensors::TensorView> views;
-  std::unordered_map<const TensorImpl*, std::string> stored;
+  // Tied names share memory: the same view of the same storage is stored once.
+  std::map<std::tuple<const void*, int64_t, Strides, std::vector<int64_t>, DType>, std::string> stored;
   nlohmann::json aliases = nlohmann::json::object(), keys = nlohmann::json::array();
   for (const auto& [name, t] : items) {
     if (!t.defined() || t.impl()->kind == TensorImpl::Kind::uninitialized_parameter)
       throw CheckpointError(fmt::format("save '{}': tensor '{}' is {}; run a forward pass first so lazy layers have "
                                         "shapes", path.string(), name, t.defined() ? "an uninitialized parameter" : "undefined"));
     keys.push_back(name);
-    auto [it, fresh] = stored.try_emplace(t.impl(), name);
+    const ir::BufferView& b = t.buffer();
+    auto [it, fresh] = stored.try_emplace(std::make_tuple(static_cast<const void*>(b.storage.get()), b.offset, b.strides,
+                                                          t.shape().dims, t.dtype()),
+                                          name);
     if (!fresh) {
       aliases[name] = it->second;
       continue;

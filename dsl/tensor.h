@@ -180,6 +180,8 @@ class Tensor {
   Tensor grad() const;
   void set_grad(const Tensor& g) const;
   bool is_leaf() const;
+  /// True for nn::Parameter (initialized or not), false for plain tensors.
+  bool is_parameter() const { return impl_ && impl_->kind != TensorImpl::Kind::tensor; }
   /// Keeps this non-leaf's gradient after backward.
   const Tensor& retain_grad() const;
   /// PyTorch's grad_fn name, e.g. "SumBackward0"; empty for leaves.

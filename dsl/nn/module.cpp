@@ -129,7 +129,9 @@ std::vector<Tensor> Module::buffers(bool recurse) const {
 }
 
 void Module::collect_state(const std::string& prefix, OrderedDict<Tensor>& out) const {
-  for (auto& [n, p] : params_) out.insert(prefix + n, p);
+  // Values, as PyTorch's state_dict gives them: detached views of the same
+  // memory (tied names share it). Uninitialized parameters stay as they are.
+  for (auto& [n, p] : params_) out.insert(prefix + n, p.is_initialized() ? p.detach() : Tensor(p));
   for (auto& [n, b] : buffers_) out.insert(prefix + n, b);
   for (auto& [n, c] : children_) c->collect_state(prefix + n + ".", out);
 }

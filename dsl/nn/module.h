@@ -71,7 +71,8 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<Parameter> parameters(bool recurse = true) const;
   OrderedDict<Tensor> named_buffers(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
-  /// Every parameter and buffer under every name it has (tied names kept), ordered.
+  /// Every parameter and buffer under every name it has (tied names kept), ordered;
+  /// parameters as detached views of their memory.
   OrderedDict<Tensor> state_dict() const;
   /// Copies values in by name. Lazy parameters take their shape from the dict.
   /// strict: CheckpointError listing missing, unexpected and mis-shaped keys.
