@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+#include <numeric>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "codegen/builders.h"
 #include "codegen/grad_mode.h"
 #include "runtime/errors.h"
+#include "runtime/storage.h"
 
 namespace tessel::autodiff {
 namespace {
@@ -41,6 +44,47 @@ NodePtr unreduce(const NodePtr& v, const ir::Node& red) {
 NodePtr sign(const NodePtr& x) {
   return bin(Op::Sub, ir::cast(bin(Op::Gt, x, scalar(0, x->dtype)), x->dtype),
              ir::cast(bin(Op::Lt, x, scalar(0, x->dtype)), x->dtype));
+}
+
+// A realized [rows, cols] matrix of `dt` with a 1 at (i, start + i * step).
+NodePtr selection_matrix(int64_t rows, int64_t cols, int64_t start, int64_t step, DType dt) {
+  Shape s{rows, cols};
+  size_t es = dtype_size(dt);
+  ir::BufferView v;
+  v.storage = Storage::allocate(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)) * es);
+  v.strides = contiguous_strides(s);
+  auto* p = static_cast<std::byte*>(v.storage->data());
+  std::memset(p, 0, static_cast<size_t>(rows * cols) * es);
+  for (int64_t i = 0; i < rows; ++i) {
+    std::byte* q = p + (i * cols + start + i * step) * static_cast<int64_t>(es);
+    switch (dt) {
+      case DType::f32: { float one = 1; std::memcpy(q, &one, 4); break; }
+      case DType::f64: { double one = 1; std::memcpy(q, &one, 8); break; }
+      case DType::f16: { uint16_t one = f32_to_f16(1.0f); std::memcpy(q, &one, 2); break; }
+      case DType::bf16: { uint16_t one = f32_to_bf16(1.0f); std::memcpy(q, &one, 2); break; }
+      default: throw InternalError("autodiff: gradient of a slice of a non-floating tensor");
+    }
+  }
+  return ir::input(std::move(v), dt, std::move(s));
+}
+
+// The gradient of a strided window: `g` scattered back into zeros of the
+// input's shape, one axis at a time, as g (axis moved last) @ a selection matrix.
+NodePtr unslice(NodePtr g, const ir::Node& n) {
+  const Shape& in = n.args[0]->shape;
+  int64_t rank = in.rank();
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t start = n.axes[static_cast<size_t>(2 * d)], step = n.axes[static_cast<size_t>(2 * d + 1)];
+    int64_t len = g->shape[d], size = in[d];
+    if (len == size) continue;  // a full axis (start 0, step 1)
+    std::vector<int64_t> order(static_cast<size_t>(rank));
+    std::iota(order.begin(), order.end(), 0);
+    std::swap(order[static_cast<size_t>(d)], order.back());
+    NodePtr moved = ir::permute(g, order);
+    NodePtr spread = ir::matmul(moved, selection_matrix(len, size, start, step, g->dtype));
+    g = ir::permute(spread, order);  // a swap is its own inverse
+  }
+  return g;
 }
 
 NodePtr last_two_transposed(const NodePtr& x) {
@@ -106,8 +150,7 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Expand: return {unexpand(g, a[0]->shape)};
     case Op::MatMul:
       return {ir::matmul(g, last_two_transposed(a[1])), ir::matmul(last_two_transposed(a[0]), g)};
-    case Op::Slice:
-      throw ValueError("backward through indexing/slicing is not supported yet; slice a detached tensor instead");
+    case Op::Slice: return {unslice(g, n)};
     default: break;
   }
   return std::vector<NodePtr>(a.size(), nullptr);  // comparisons, argmax, constants: no gradient
