@@ -4,6 +4,7 @@
 // plain numbers.
 #pragma once
 
+#include <optional>
 #include <random>
 #include <string>
 
@@ -36,6 +37,20 @@ inline double max_abs(const naive::Value& v) {
 class TreeGen {
  public:
   TreeGen(uint64_t seed, Mode mode) : rng_(seed), mode_(mode), dt_(dtype_of(mode)) {}
+
+  // Gradient checks build the same tree several times (same seed): once with
+  // leaves that require grad (collected here), then with one leaf element
+  // nudged by `nudge` to take finite differences.
+  std::vector<Tensor>* grad_leaves = nullptr;
+  struct Nudge {
+    size_t leaf = 0, element = 0;
+    double delta = 0;
+  };
+  std::optional<Nudge> nudge;
+  double magnitude_limit = 0;  // 0: the mode's default
+  // Keeps sqrt off zero, where a constant-zero subtree would make its
+  // derivative inf * 0 = nan (as in PyTorch) while finite differences see 0.
+  bool smooth = false;
 
   int64_t uni(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
   bool coin(double p = 0.5) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
@@ -96,7 +111,7 @@ class TreeGen {
       std::iota(order.begin(), order.end(), 0);
       std::swap(order[s.size() - 1], order[s.size() - 2]);
       naive::Value mem = naive::permute(v, order);  // mem has shape st
-      p.t = tensor_of(mem).transpose(-1, -2);
+      p.t = leaf_memory(mem).transpose(-1, -2);
       p.desc = "T" + shape_str(s) + "^t";
     } else if (kind == 1 && !s.empty()) {
       // Every second row of a tensor twice as tall.
@@ -107,10 +122,10 @@ class TreeGen {
       for (int64_t i = 0; i < big[0]; ++i)
         for (int64_t j = 0; j < row; ++j)
           mem.v[static_cast<size_t>(i * row + j)] = i % 2 == 0 ? v.v[static_cast<size_t>((i / 2) * row + j)] : draw();
-      p.t = tensor_of(mem).slice(0, 0, big[0], 2);
+      p.t = leaf_memory(mem).slice(0, 0, big[0], 2);
       p.desc = "T" + shape_str(s) + "[::2]";
     } else {
-      p.t = tensor_of(v);
+      p.t = leaf_memory(v);
       p.desc = "T" + shape_str(s);
     }
     return p;
@@ -139,6 +154,18 @@ class TreeGen {
     return mode_ == Mode::f32 ? static_cast<double>(static_cast<float>(x)) : x;
   }
 
+  // A leaf's memory as a tensor (the unit gradient checks nudge and differentiate).
+  Tensor leaf_memory(naive::Value v) {
+    size_t id = leaf_count_++;
+    if (nudge && nudge->leaf == id) v.v[nudge->element] += nudge->delta;
+    Tensor t = tensor_of(v);
+    if (grad_leaves) {
+      t.requires_grad_();
+      grad_leaves->push_back(t);
+    }
+    return t;
+  }
+
   Tensor tensor_of(const naive::Value& v) {
     Shape s{Dims(v.shape)};
     if (mode_ == Mode::f64) return from_vector<double>(v.v, s);
@@ -148,7 +175,10 @@ class TreeGen {
     return from_vector<int64_t>(iv, s);
   }
 
-  double limit() const { return mode_ == Mode::i64 ? 1e14 : mode_ == Mode::f32 ? 1e12 : 1e60; }
+  double limit() const {
+    if (magnitude_limit > 0) return magnitude_limit;
+    return mode_ == Mode::i64 ? 1e14 : mode_ == Mode::f32 ? 1e12 : 1e60;
+  }
 
   Pair finish(Pair p, const std::vector<const Pair*>& kids) {
     p.scale = max_abs(p.n);
@@ -190,6 +220,12 @@ class TreeGen {
         r.desc = "log(|" + a.desc + "|+.5)";
         break;
       case 7:
+        if (smooth) {
+          r.t = Tensor(a.t.abs() + 0.25).sqrt();
+          r.n = naive::map(a.n, [](double x) { return std::sqrt(std::fabs(x) + 0.25); });
+          r.desc = "sqrt(|" + a.desc + "|+.25)";
+          break;
+        }
         r.t = a.t.abs().sqrt(), r.n = naive::map(a.n, [](double x) { return std::sqrt(std::fabs(x)); });
         r.desc = "sqrt(|" + a.desc + "|)";
         break;
@@ -428,6 +464,7 @@ class TreeGen {
   std::mt19937_64 rng_;
   Mode mode_;
   DType dt_;
+  size_t leaf_count_ = 0;
 };
 
 /// Compares a realized tessel tensor with its naive value.

@@ -1,0 +1,278 @@
+// Every differentiable op against central finite differences in f64, on
+// random shapes that broadcast. Each TEST_CASE checks several random shapes.
+#include "gradcheck.h"
+
+using namespace tessel;
+using namespace gradcheck;
+
+namespace {
+
+constexpr int kShapes = 8;  // random shape draws per op
+
+// One-input op over random shapes (rank 0..3).
+void unary(const char* name, uint64_t salt, Domain dom, const Fn& f) {
+  auto rng = rng_for(name, salt);
+  Shapes sh{rng};
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = sh.target();
+    check(std::string(name) + " on " + str(s), f, {random_input(rng, s, dom)}, rng);
+  }
+}
+
+// Two-input op over random shapes that broadcast against each other.
+void binary(const char* name, uint64_t salt, Domain da, Domain db, const Fn& f) {
+  auto rng = rng_for(name, salt);
+  Shapes sh{rng};
+  for (int k = 0; k < kShapes; ++k) {
+    Dims t = sh.target();
+    Dims a = sh.broadcastable_to(t), b = sh.broadcastable_to(t);
+    check(std::string(name) + " on " + str(a) + " and " + str(b), f,
+          {random_input(rng, a, da), random_input(rng, b, db)}, rng);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gradcheck: neg", "[gradcheck]") {
+  unary("neg", 1, Domain::any, [](const auto& x) { return Tensor(-x[0]); });
+}
+TEST_CASE("gradcheck: abs", "[gradcheck]") {
+  unary("abs", 2, Domain::away_from_zero, [](const auto& x) { return x[0].abs(); });
+}
+TEST_CASE("gradcheck: exp", "[gradcheck]") {
+  unary("exp", 3, Domain::any, [](const auto& x) { return x[0].exp(); });
+}
+TEST_CASE("gradcheck: log", "[gradcheck]") {
+  unary("log", 4, Domain::positive, [](const auto& x) { return x[0].log(); });
+}
+TEST_CASE("gradcheck: sqrt", "[gradcheck]") {
+  unary("sqrt", 5, Domain::positive, [](const auto& x) { return x[0].sqrt(); });
+}
+TEST_CASE("gradcheck: tanh", "[gradcheck]") {
+  unary("tanh", 6, Domain::any, [](const auto& x) { return Tensor(tanh(x[0])); });
+}
+TEST_CASE("gradcheck: sigmoid", "[gradcheck]") {
+  unary("sigmoid", 7, Domain::any, [](const auto& x) { return x[0].sigmoid(); });
+}
+TEST_CASE("gradcheck: relu", "[gradcheck]") {
+  unary("relu", 8, Domain::away_from_zero, [](const auto& x) { return Tensor(relu(x[0])); });
+}
+TEST_CASE("gradcheck: pow with scalar exponents", "[gradcheck]") {
+  unary("pow 2", 9, Domain::any, [](const auto& x) { return x[0].pow(2); });
+  unary("pow 3", 10, Domain::any, [](const auto& x) { return Tensor(pow(x[0], 3)); });
+  unary("pow 0.5", 11, Domain::positive, [](const auto& x) { return x[0].pow(0.5); });
+  unary("pow -1.5", 12, Domain::positive, [](const auto& x) { return x[0].pow(-1.5); });
+}
+TEST_CASE("gradcheck: pow with a tensor exponent", "[gradcheck]") {
+  binary("pow(a, b)", 13, Domain::positive, Domain::any, [](const auto& x) { return pow(x[0], x[1]); });
+}
+TEST_CASE("gradcheck: scalar base to a tensor power", "[gradcheck]") {
+  unary("2^x", 14, Domain::any, [](const auto& x) { return pow(full({}, 2.0, DType::f64), x[0]); });
+}
+TEST_CASE("gradcheck: add", "[gradcheck]") {
+  binary("add", 15, Domain::any, Domain::any, [](const auto& x) { return Tensor(x[0] + x[1]); });
+}
+TEST_CASE("gradcheck: sub", "[gradcheck]") {
+  binary("sub", 16, Domain::any, Domain::any, [](const auto& x) { return Tensor(x[0] - x[1]); });
+}
+TEST_CASE("gradcheck: mul", "[gradcheck]") {
+  binary("mul", 17, Domain::any, Domain::any, [](const auto& x) { return Tensor(x[0] * x[1]); });
+}
+TEST_CASE("gradcheck: div", "[gradcheck]") {
+  binary("div", 18, Domain::any, Domain::away_from_zero, [](const auto& x) { return Tensor(x[0] / x[1]); });
+}
+TEST_CASE("gradcheck: ops with python scalars", "[gradcheck]") {
+  unary("x * 2.5 - 1", 19, Domain::any, [](const auto& x) { return Tensor(x[0] * 2.5 - 1); });
+  unary("3 / x", 20, Domain::away_from_zero, [](const auto& x) { return Tensor(3 / x[0]); });
+  unary("1 - x", 21, Domain::any, [](const auto& x) { return Tensor(1 - x[0]); });
+}
+TEST_CASE("gradcheck: maximum", "[gradcheck]") {
+  binary("maximum", 22, Domain::any, Domain::any, [](const auto& x) { return maximum(x[0], x[1]); });
+}
+TEST_CASE("gradcheck: minimum", "[gradcheck]") {
+  binary("minimum", 23, Domain::any, Domain::any, [](const auto& x) { return minimum(x[0], x[1]); });
+}
+TEST_CASE("gradcheck: maximum with a scalar", "[gradcheck]") {
+  unary("maximum(x, 0.25)", 24, Domain::away_from_zero, [](const auto& x) { return Tensor(maximum(x[0], 0.1)); });
+}
+TEST_CASE("gradcheck: where", "[gradcheck]") {
+  auto rng = rng_for("where", 25);
+  Shapes sh{rng};
+  for (int k = 0; k < kShapes; ++k) {
+    Dims t = sh.target();
+    Dims c = sh.broadcastable_to(t), a = sh.broadcastable_to(t), b = sh.broadcastable_to(t);
+    // The condition is an input too: its gradient must be zero.
+    check("where on " + str(c) + ", " + str(a) + ", " + str(b),
+          [](const auto& x) { return where(x[0] > 0, x[1], x[2]); },
+          {random_input(rng, c, Domain::away_from_zero), random_input(rng, a, Domain::any),
+           random_input(rng, b, Domain::any)},
+          rng);
+  }
+}
+TEST_CASE("gradcheck: sum over everything, dims, keepdim and negative dims", "[gradcheck]") {
+  unary("sum()", 26, Domain::any, [](const auto& x) { return x[0].sum(); });
+  auto rng = rng_for("sum dims", 27);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(1, 3)(rng),
+              std::uniform_int_distribution<int64_t>(1, 3)(rng)};
+    bool keep = k % 2;
+    std::vector<int64_t> dims = k % 3 == 0 ? std::vector<int64_t>{0} : k % 3 == 1 ? std::vector<int64_t>{-1, 0}
+                                                                                  : std::vector<int64_t>{1};
+    check("sum dims on " + str(s), [=](const auto& x) { return x[0].sum(dims, keep); },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
+}
+TEST_CASE("gradcheck: mean over everything and dims", "[gradcheck]") {
+  unary("mean()", 28, Domain::any, [](const auto& x) { return x[0].mean(); });
+  auto rng = rng_for("mean dims", 29);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(2, 4)(rng)};
+    bool keep = k % 2;
+    check("mean dims on " + str(s), [=](const auto& x) { return x[0].mean({-1}, keep); },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
+}
+TEST_CASE("gradcheck: max and min over everything and over a dim", "[gradcheck]") {
+  unary("max()", 30, Domain::any, [](const auto& x) { return x[0].max(); });
+  unary("min()", 31, Domain::any, [](const auto& x) { return x[0].min(); });
+  auto rng = rng_for("max dim", 32);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(2, 4)(rng)};
+    int64_t d = k % 2 ? -1 : 0;
+    bool keep = (k / 2) % 2;
+    check("max dim on " + str(s), [=](const auto& x) { return x[0].max(d, keep); }, {random_input(rng, s, Domain::any)},
+          rng);
+    check("min dim on " + str(s), [=](const auto& x) { return x[0].min(d, keep); }, {random_input(rng, s, Domain::any)},
+          rng);
+  }
+}
+TEST_CASE("gradcheck: reshape, view, flatten, unsqueeze, squeeze", "[gradcheck]") {
+  auto rng = rng_for("reshape", 33);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {2, std::uniform_int_distribution<int64_t>(1, 3)(rng), 3};
+    check("reshape on " + str(s), [](const auto& x) { return Tensor(Tensor(x[0] * 1).reshape({-1, 2}) * x[0].reshape({-1, 2})); },
+          {random_input(rng, s, Domain::any)}, rng);
+    check("flatten/unsqueeze/squeeze on " + str(s),
+          [](const auto& x) { return x[0].flatten(1).unsqueeze(0).squeeze(0).exp(); },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
+}
+TEST_CASE("gradcheck: permute and transpose", "[gradcheck]") {
+  auto rng = rng_for("permute", 34);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {2, std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(1, 4)(rng)};
+    check("permute on " + str(s), [](const auto& x) { return x[0].permute({2, 0, 1}).sigmoid(); },
+          {random_input(rng, s, Domain::any)}, rng);
+    check("transpose on " + str(s),
+          [](const auto& x) { return Tensor(x[0].transpose(0, -1) * x[0].transpose(-1, 0)); },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
+  Dims m = {3, 4};
+  check("t() of a matrix", [](const auto& x) { return x[0].t().tanh(); }, {random_input(rng, m, Domain::any)}, rng);
+}
+TEST_CASE("gradcheck: expand", "[gradcheck]") {
+  auto rng = rng_for("expand", 35);
+  Shapes sh{rng};
+  for (int k = 0; k < kShapes; ++k) {
+    Dims t = sh.target();
+    Dims s = sh.broadcastable_to(t);
+    std::vector<int64_t> tt(t.begin(), t.end());
+    check("expand " + str(s) + " to " + str(t), [=](const auto& x) { return x[0].expand(tt).pow(2); },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
+}
+TEST_CASE("gradcheck: matmul 2-d", "[gradcheck]") {
+  auto rng = rng_for("matmul 2d", 36);
+  for (int k = 0; k < kShapes; ++k) {
+    int64_t n = std::uniform_int_distribution<int64_t>(1, 4)(rng), c = std::uniform_int_distribution<int64_t>(1, 4)(rng),
+            m = std::uniform_int_distribution<int64_t>(1, 4)(rng);
+    check("matmul [" + std::to_string(n) + "," + std::to_string(c) + "] @ [" + std::to_string(c) + "," +
+              std::to_string(m) + "]",
+          [](const auto& x) { return x[0].matmul(x[1]); },
+          {random_input(rng, {n, c}, Domain::any), random_input(rng, {c, m}, Domain::any)}, rng);
+  }
+}
+TEST_CASE("gradcheck: matmul with 1-d operands", "[gradcheck]") {
+  auto rng = rng_for("matmul 1d", 37);
+  check("vector . vector", [](const auto& x) { return x[0].matmul(x[1]); },
+        {random_input(rng, {4}, Domain::any), random_input(rng, {4}, Domain::any)}, rng);
+  check("matrix @ vector", [](const auto& x) { return x[0].matmul(x[1]); },
+        {random_input(rng, {3, 4}, Domain::any), random_input(rng, {4}, Domain::any)}, rng);
+  check("vector @ matrix", [](const auto& x) { return x[0].matmul(x[1]); },
+        {random_input(rng, {3}, Domain::any), random_input(rng, {3, 2}, Domain::any)}, rng);
+  check("vector @ batch", [](const auto& x) { return x[0].matmul(x[1]); },
+        {random_input(rng, {3}, Domain::any), random_input(rng, {2, 3, 2}, Domain::any)}, rng);
+}
+TEST_CASE("gradcheck: batched matmul", "[gradcheck]") {
+  auto rng = rng_for("matmul batched", 38);
+  for (int k = 0; k < kShapes; ++k) {
+    int64_t b = std::uniform_int_distribution<int64_t>(1, 3)(rng);
+    check("batched [" + std::to_string(b) + ",2,3] @ [" + std::to_string(b) + ",3,2]",
+          [](const auto& x) { return x[0].matmul(x[1]); },
+          {random_input(rng, {b, 2, 3}, Domain::any), random_input(rng, {b, 3, 2}, Domain::any)}, rng);
+  }
+}
+TEST_CASE("gradcheck: matmul with broadcast batch dims", "[gradcheck]") {
+  auto rng = rng_for("matmul broadcast", 39);
+  check("[2,1,2,3] @ [3,3,2]", [](const auto& x) { return x[0].matmul(x[1]); },
+        {random_input(rng, {2, 1, 2, 3}, Domain::any), random_input(rng, {3, 3, 2}, Domain::any)}, rng);
+  check("[3,2,3] @ [3,4]", [](const auto& x) { return x[0].matmul(x[1]); },
+        {random_input(rng, {3, 2, 3}, Domain::any), random_input(rng, {3, 4}, Domain::any)}, rng);
+  check("[2,3] @ [4,3,1]", [](const auto& x) { return x[0].matmul(x[1]); },
+        {random_input(rng, {2, 3}, Domain::any), random_input(rng, {4, 3, 1}, Domain::any)}, rng);
+  check("[1,2,3] @ [2,3,2]", [](const auto& x) { return Tensor(x[0] % x[1]); },
+        {random_input(rng, {1, 2, 3}, Domain::any), random_input(rng, {2, 3, 2}, Domain::any)}, rng);
+}
+TEST_CASE("gradcheck: matmul with transposed operands", "[gradcheck]") {
+  auto rng = rng_for("matmul transposed", 40);
+  check("a^T @ b", [](const auto& x) { return x[0].t().matmul(x[1]); },
+        {random_input(rng, {4, 3}, Domain::any), random_input(rng, {4, 2}, Domain::any)}, rng);
+  check("a @ b^T + bias", [](const auto& x) { return Tensor(x[0].matmul(x[1].t()) + x[2]); },
+        {random_input(rng, {5, 3}, Domain::any), random_input(rng, {2, 3}, Domain::any),
+         random_input(rng, {2}, Domain::any)},
+        rng);
+  check("batched transposes", [](const auto& x) { return x[0].transpose(1, 2).matmul(x[1].transpose(-1, -2)); },
+        {random_input(rng, {2, 3, 2}, Domain::any), random_input(rng, {2, 4, 3}, Domain::any)}, rng);
+}
+TEST_CASE("gradcheck: a linear layer with relu, as a model uses it", "[gradcheck]") {
+  auto rng = rng_for("linear", 41);
+  check("relu(x @ W^T + b) @ V^T", [](const auto& x) {
+          return Tensor(relu(x[0].matmul(x[1].t()) + x[2])).matmul(x[3].t());
+        },
+        {random_input(rng, {4, 5}, Domain::any), random_input(rng, {3, 5}, Domain::any),
+         random_input(rng, {3}, Domain::any), random_input(rng, {2, 3}, Domain::any)},
+        rng);
+}
+TEST_CASE("gradcheck: cast to f32 and back", "[gradcheck]") {
+  auto rng = rng_for("cast", 42);
+  // f32 rounding needs a larger step; the function is linear, so h is free.
+  for (int k = 0; k < 4; ++k) {
+    Dims s = {3, 2};
+    check("(x.to(f32) * 2).to(f64)", [](const auto& x) { return Tensor(x[0].to(DType::f32) * 2).to(DType::f64); },
+          {random_input(rng, s, Domain::any)}, rng, 1e-2, 1e-4, 1e-4);
+  }
+}
+TEST_CASE("gradcheck: slice and select", "[gradcheck]") {
+  auto rng = rng_for("slice", 43);
+  Dims s = {4, 5};
+  check("x.slice(1, 1, 5, 2)", [](const auto& x) { return x[0].slice(1, 1, 5, 2).exp(); },
+        {random_input(rng, s, Domain::any)}, rng);
+  check("x[2]", [](const auto& x) { return x[0][2] * 3; }, {random_input(rng, s, Domain::any)}, rng);
+  check("x.select(1, -1)", [](const auto& x) { return x[0].select(1, -1).sigmoid(); },
+        {random_input(rng, s, Domain::any)}, rng);
+  check("x.narrow(0, 1, 2).slice(1, 0, 5, 3)", [](const auto& x) { return x[0].narrow(0, 1, 2).slice(1, 0, 5, 3); },
+        {random_input(rng, s, Domain::any)}, rng);
+  check("x[1][3]", [](const auto& x) { return x[0][1][3].pow(2); }, {random_input(rng, s, Domain::any)}, rng);
+}
+TEST_CASE("gradcheck: clone and contiguous", "[gradcheck]") {
+  auto rng = rng_for("clone", 44);
+  check("clone", [](const auto& x) { return x[0].clone() * x[0]; }, {random_input(rng, {3, 2}, Domain::any)}, rng);
+  check("t().contiguous()", [](const auto& x) { return x[0].t().contiguous().exp(); },
+        {random_input(rng, {3, 2}, Domain::any)}, rng);
+}
+TEST_CASE("gradcheck: an input used by several ops", "[gradcheck]") {
+  auto rng = rng_for("tied", 45);
+  check("x * exp(x) + x.sum()", [](const auto& x) { return Tensor(x[0] * x[0].exp() + x[0].sum()); },
+        {random_input(rng, {2, 3}, Domain::any)}, rng);
+  check("x @ x", [](const auto& x) { return x[0].matmul(x[0]); }, {random_input(rng, {3, 3}, Domain::any)}, rng);
+}
