@@ -99,7 +99,9 @@ NodePtr unary(Op op, NodePtr x) {
   TESSEL_ASSERT("builders", op_category(op) == Category::Unary && op != Op::Cast);
   if (op == Op::Not) {
     Shape s = x->shape;
-    return make(op, DType::b8, std::move(s), {cast(std::move(x), DType::b8)});
+    NodePtr n = make(op, DType::b8, std::move(s), {cast(std::move(x), DType::b8)});
+    n->requires_grad = false;
+    return n;
   }
   if (x->dtype == DType::b8 && (op == Op::Neg))
     throw DTypeError("neg: negation of a bool tensor is not supported; use logical_not (operator!) instead");
@@ -140,7 +142,11 @@ NodePtr binary(Op op, NodePtr a, NodePtr b) {
   DType compute = compute_dtype(common);
   a = expand(to_compute(std::move(a), compute), out);
   b = expand(to_compute(std::move(b), compute), out);
-  if (cat == Category::Compare) return make(op, DType::b8, std::move(out), {std::move(a), std::move(b)});
+  if (cat == Category::Compare) {  // a bool result has no gradient
+    NodePtr c = make(op, DType::b8, std::move(out), {std::move(a), std::move(b)});
+    c->requires_grad = false;
+    return c;
+  }
   NodePtr r = make(op, compute, std::move(out), {std::move(a), std::move(b)});
   return cast(std::move(r), common);
 }
