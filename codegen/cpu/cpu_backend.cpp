@@ -15,6 +15,7 @@
 #include "codegen/lower.h"
 #include "codegen/schedule.h"
 #include "runtime/errors.h"
+#include "runtime/precompiled_kernels.h"
 
 #if TESSEL_HAS_LLVM
 #include <llvm/IR/LLVMContext.h>
@@ -73,10 +74,12 @@ void dump_file(const std::string& name, const std::string& text) {
   std::ofstream(std::filesystem::path(dump_dir()) / name) << text;
 }
 
-// Compiled kernels by canonical text, so a cached launch skips hashing too.
+// Compiled kernels by structure: a cached launch hashes and compares the
+// kernel IR itself and builds no canonical text (that costs more than the
+// rest of a small launch).
 struct KernelTable {
   std::mutex mu;
-  std::unordered_map<std::string, cpujit::KernelFn*> fns;
+  std::unordered_map<kir::Kernel, cpujit::KernelFn*, kir::KernelHash> fns;
 };
 KernelTable& table() {
   static KernelTable t;
@@ -85,11 +88,21 @@ KernelTable& table() {
 
 // pass emit_llvm (+ compile through the kernel cache)
 cpujit::KernelFn* compiled(const kir::Kernel& k) {
-  std::string text = k.text();
   {
     std::lock_guard<std::mutex> l(table().mu);
-    if (auto it = table().fns.find(text); it != table().fns.end()) return it->second;
+    if (auto it = table().fns.find(k); it != table().fns.end()) return it->second;
   }
+  std::string text = k.text();
+  // Kernels linked in ahead of time (codegen/aot) come first; with TESSEL_JIT=off nothing else may.
+  if (const precompiled::Entry* pk = precompiled::find(text); pk && pk->cpu_fn) {
+    precompiled::note_hit(false);
+    auto* fn = reinterpret_cast<cpujit::KernelFn*>(pk->cpu_fn);
+    std::lock_guard<std::mutex> l(table().mu);
+    table().fns.emplace(k, fn);
+    return fn;
+  }
+  if (precompiled::size() > 0) precompiled::note_miss();
+  if (precompiled::jit_disabled()) precompiled::throw_jit_disabled("cpu", text);
   // No vector math library: its results differ from libm's in the last bit,
   // and compiled results must equal the ref interpreter's exactly.
   static OrcJit jit([] {
@@ -122,7 +135,7 @@ cpujit::KernelFn* compiled(const kir::Kernel& k) {
                                           jk.compile_ms, jk.load_ms));
   auto* fn = jk.as<cpujit::KernelFn>();
   std::lock_guard<std::mutex> l(table().mu);
-  table().fns.emplace(std::move(text), fn);
+  table().fns.emplace(k, fn);
   return fn;
 }
 
@@ -130,11 +143,16 @@ cpujit::KernelFn* compiled(const kir::Kernel& k) {
 void launch(lower::Lowered& l) {
   lower::coalesce(l);
   cpujit::KernelFn* fn = compiled(l.kernel);
-  std::vector<void*> bufs;
-  bufs.reserve(l.buffers.size());
   // Offsets travel in the launch arguments: pass each storage's element 0.
-  for (const BufferView& v : l.buffers) bufs.push_back(v.storage->data());
-  if (l.rows > 0) fn(bufs.data(), l.args.data(), 0, l.rows);
+  void* small[32];
+  std::vector<void*> large;
+  void** bufs = small;
+  if (l.buffers.size() > std::size(small)) {
+    large.resize(l.buffers.size());
+    bufs = large.data();
+  }
+  for (size_t i = 0; i < l.buffers.size(); ++i) bufs[i] = l.buffers[i].storage->data();
+  if (l.rows > 0) fn(bufs, l.args.data(), 0, l.rows);
   bump(&CpuJitStats::kernels_launched);
 }
 

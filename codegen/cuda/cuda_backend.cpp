@@ -16,6 +16,7 @@
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/errors.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/precompiled_kernels.h"
 #include "runtime/storage.h"
 #include "tessel/config.h"
 
@@ -185,6 +186,20 @@ cuda::CUfunction compiled(DeviceState& ds, const kir::Kernel& k) {
   std::string text = k.text();
   std::lock_guard<std::mutex> l(ds.mu);
   if (auto it = ds.kernels.find(text); it != ds.kernels.end()) return it->second->fn;
+  // Kernels linked in ahead of time (codegen/aot) come first; with TESSEL_JIT=off nothing else may.
+  if (const precompiled::Entry* pk = precompiled::find(text)) {
+    if (const precompiled::CudaImage* img = precompiled::best_cuda_image(*pk, ds.arch); img && !pk->cuda_name.empty()) {
+      auto loaded = std::make_unique<Loaded>();
+      loaded->module = img->cubin ? cuda::Module::load_cubin(ds.ordinal, std::span<const char>(img->data, img->size))
+                                  : cuda::Module::load_ptx(ds.ordinal, std::string_view(img->data, img->size));
+      loaded->fn = loaded->module.function(std::string(pk->cuda_name).c_str());
+      precompiled::note_hit(true);
+      cuda::CUfunction fn = loaded->fn;
+      ds.kernels.emplace(std::move(text), std::move(loaded));
+      return fn;
+    }
+  }
+  if (precompiled::jit_disabled()) precompiled::throw_jit_disabled("cuda", text);
   cudagen::CudaSource src = cudagen::emit_cuda(k);
   cuda::CompileOptions opts;
   opts.arch = ds.target_arch;

@@ -1,0 +1,143 @@
+// A program built against kernels exported at BUILD time (tessel_add_aot_kernels
+// in CMakeLists.txt): with TESSEL_JIT=off and an empty cache folder it runs the
+// models with zero compiles, and its outputs equal the JIT's (computed by the
+// generator and saved beside the export).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "chain_kernels.h"
+#include "codegen/cpu/cpu_backend.h"
+#include "dsl/aot.h"
+#include "dsl/io.h"
+#include "mlp_kernels.h"
+#include "models.h"
+#include "runtime/precompiled_kernels.h"
+
+using namespace tessel;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every test here runs with the JITs off and a fresh, empty cache folder.
+struct JitOff {
+  JitOff() {
+    static const fs::path dir = [] {
+      fs::path d = fs::temp_directory_path() / fmt::format("tessel_aot_run_{}", ::getpid());
+      fs::remove_all(d);
+      fs::create_directories(d);
+      return d;
+    }();
+    setenv("TESSEL_CACHE_DIR", dir.c_str(), 1);
+    setenv("TESSEL_JIT", "off", 1);
+  }
+  ~JitOff() { unsetenv("TESSEL_JIT"); }
+};
+
+void require_equal(const Tensor& got, const Tensor& want, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.shape() == want.shape());
+  std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += a[i] != b[i];
+  REQUIRE(bad == 0);  // same LLVM pipeline, no fast math: bit-identical to the JIT
+}
+
+std::map<std::string, Tensor> reference(const char* dir) {
+  std::map<std::string, Tensor> out;
+  for (auto& [k, v] : load_dict(fs::path(dir) / "reference.safetensors")) out[k] = v;
+  return out;
+}
+
+struct Counters {
+  CpuJitStats cpu = cpu_jit_stats();
+  KernelCacheStats cache = KernelCache::global().stats();
+};
+
+void require_no_compiles(const Counters& before) {
+  CpuJitStats cpu = cpu_jit_stats();
+  KernelCacheStats cache = KernelCache::global().stats();
+  CHECK(cpu.kernels_compiled == before.cpu.kernels_compiled);
+  CHECK(cpu.kernels_from_disk == before.cpu.kernels_from_disk);
+  CHECK(cache.compiles == before.cache.compiles);
+  CHECK(cache.misses == before.cache.misses);
+  CHECK(cache.disk_hits == before.cache.disk_hits);
+  CHECK(precompiled::stats().misses == 0);
+}
+
+}  // namespace
+
+TEST_CASE("the exported kernels are registered at start-up", "[aot]") {
+  CHECK(precompiled::errors().empty());
+  // The two exports may share kernels (a bias add, say): those register once.
+  const size_t mlp = aot::generated::mlp_kernel_count(), chain = aot::generated::chain_kernel_count();
+  CHECK(precompiled::size() >= std::max(mlp, chain));
+  CHECK(precompiled::size() <= mlp + chain);
+  CHECK(aot::generated::mlp_kernel_count() > 0);
+  CHECK(aot::generated::chain_kernel_count() > 0);
+  aot::Manifest m = aot::read_manifest(TESSEL_AOT_DIR_mlp);
+  for (const auto& k : m.kernels) {
+    const precompiled::Entry* e = precompiled::find(*KernelKey::from_hex(k.key));
+    REQUIRE(e);
+    CHECK(e->cpu_fn != nullptr);
+  }
+}
+
+TEST_CASE("the MLP (forward and backward) runs from AOT kernels with the JIT off, equal to the JIT", "[aot]") {
+  JitOff off;
+  auto ref = reference(TESSEL_AOT_DIR_mlp);
+  auto net = aot_models::make_mlp();
+  Tensor x = ref.at("input");
+  {
+    // Weights come from a file in a deployment; the ref interpreter sizes them.
+    BackendOverride interp(ref_backend());
+    aot::materialize_lazy(*net, {x});
+    NoGradGuard g;
+    for (auto& [n, p] : net->named_parameters()) p.data().copy_(ref.at("param." + n));
+    for (auto& [n, p] : net->named_parameters()) p.eval();
+  }
+  Counters before;
+  precompiled::reset_stats();
+  Tensor y = aot_models::mlp_step(net, x);
+  y.eval();
+  for (auto& [n, p] : net->named_parameters()) p.grad().eval();
+  require_no_compiles(before);
+  CHECK(precompiled::stats().cpu_hits > 0);
+  require_equal(y, ref.at("output"), "output");
+  for (auto& [n, p] : net->named_parameters()) require_equal(p.grad(), ref.at("grad." + n), "grad." + n);
+}
+
+TEST_CASE("the elementwise chain and softmax run from AOT kernels with the JIT off, equal to the JIT", "[aot]") {
+  JitOff off;
+  auto ref = reference(TESSEL_AOT_DIR_chain);
+  Counters before;
+  std::vector<Tensor> outs = aot_models::chain(ref.at("x"), ref.at("b"));
+  realize(outs);
+  require_no_compiles(before);
+  require_equal(outs[0], ref.at("t"), "t");
+  require_equal(outs[1], ref.at("s"), "s");
+}
+
+TEST_CASE("with the JIT off, a kernel that was not exported is a CompileError, not a compile", "[aot]") {
+  JitOff off;
+  Tensor x = ones({5, 7});
+  {
+    BackendOverride interp(ref_backend());
+    x.eval();
+  }
+  auto odd = [&] {  // no export has this structure
+    Tensor a = x * 3.0;
+    Tensor y = a.sqrt() * x.exp() - x.tanh();
+    y.eval();
+  };
+  Counters before;
+  REQUIRE_THROWS_AS(odd(), CompileError);
+  try {
+    odd();
+  } catch (const CompileError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("TESSEL_JIT=off"));
+    CHECK_THAT(e.what(), Catch::Contains("not among the"));
+  }
+  CHECK(KernelCache::global().stats().compiles == before.cache.compiles);
+}
