@@ -55,7 +55,8 @@ KernelKey text_key(std::string_view kernel_text);
 /// A second entry for the same key is ignored (same text, same code). Never throws.
 void register_kernel(const Entry& e);
 
-/// The entry for a kernel text, or null.
+/// The entry for a kernel text, or null (always null under TESSEL_PRECOMPILED=off,
+/// which makes a program with linked-in kernels compile as if it had none).
 const Entry* find(std::string_view kernel_text);
 const Entry* find(const KernelKey& key);
 /// The CUDA image to load on a device of compute capability `arch`: the CUBIN
