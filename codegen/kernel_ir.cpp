@@ -55,4 +55,36 @@ std::string Kernel::text() const {
   return s;
 }
 
+namespace {
+inline void mix(uint64_t& h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+}
+void mix_stmts(uint64_t& h, const std::vector<Stmt>& list) {
+  mix(h, list.size());
+  for (const Stmt& st : list) {
+    mix(h, static_cast<uint64_t>(st.kind) | static_cast<uint64_t>(st.op) << 8 | static_cast<uint64_t>(st.dtype) << 16 |
+               static_cast<uint64_t>(static_cast<uint32_t>(st.slot)) << 24);
+    mix(h, st.args.size());
+    for (int a : st.args) mix(h, static_cast<uint64_t>(a));
+  }
+}
+}  // namespace
+
+uint64_t Kernel::hash() const {
+  uint64_t h = 0;
+  mix(h, static_cast<uint64_t>(rank) | static_cast<uint64_t>(reduce_rank) << 16 | static_cast<uint64_t>(reduce) << 32 |
+             static_cast<uint64_t>(acc_dtype) << 40);
+  mix(h, params.size());
+  for (const Param& p : params) mix(h, static_cast<uint64_t>(p.dtype) << 1 | p.output);
+  mix(h, load_params.size());
+  for (int l : load_params) mix(h, static_cast<uint64_t>(l));
+  mix(h, const_types.size());
+  for (DType t : const_types) mix(h, static_cast<uint64_t>(t));
+  mix_stmts(h, body);
+  mix(h, static_cast<uint64_t>(value));
+  mix_stmts(h, epilogue);
+  mix(h, static_cast<uint64_t>(result));
+  return h;
+}
+
 }  // namespace tessel::kir

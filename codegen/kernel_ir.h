@@ -36,6 +36,7 @@ struct Stmt {
   DType dtype = DType::f32;  // result dtype
   std::vector<int> args;     // indices of earlier statements in the same list
   int slot = 0;              // Load: load slot; Const: constant slot
+  bool operator==(const Stmt&) const = default;
 };
 
 enum class ReduceKind : uint8_t { None, Sum, Mean, Max, Min };
@@ -43,6 +44,7 @@ enum class ReduceKind : uint8_t { None, Sum, Mean, Max, Min };
 struct Param {
   DType dtype = DType::f32;  // storage dtype
   bool output = false;
+  bool operator==(const Param&) const = default;
 };
 
 struct Kernel {
@@ -70,6 +72,14 @@ struct Kernel {
 
   /// Canonical text: equal for equal structures, whatever the shapes/values.
   std::string text() const;
+  /// Equal structures, i.e. equal text(); hash() is consistent with it and
+  /// cheap enough for a lookup on every launch (no text is built).
+  bool operator==(const Kernel&) const = default;
+  uint64_t hash() const;
+};
+
+struct KernelHash {
+  size_t operator()(const Kernel& k) const { return static_cast<size_t>(k.hash()); }
 };
 
 std::string_view reduce_name(ReduceKind r);
