@@ -83,6 +83,13 @@ Tensor empty(const Shape& s, DType t, Device d) {
 
 Tensor full(const Shape& s, const Scalar& v, DType t, Device d) {
   check_shape("full", s);
+  if (v.v.is_int && is_integral(t)) {
+    // Through a double, int64 values above 2^53 would lose their low bits.
+    if (!d.is_cpu()) check_device_exists(d);
+    Tensor out = empty(s, t, cpu());
+    out.fill_(v);
+    return d.is_cpu() ? out : out.to(d);
+  }
   double x = v.v.as_double();
   return fill_host(s, t, d, [x](int64_t) { return x; });
 }

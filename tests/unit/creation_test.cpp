@@ -181,3 +181,9 @@ TEST_CASE("clone of a created tensor owns new memory", "[creation]") {
   CHECK(vals(a) == std::vector<double>{1, 1, 1});
   CHECK(vals(b) == std::vector<double>{5, 1, 1});
 }
+
+TEST_CASE("full keeps int64 values beyond 2^53 exact", "[creation]") {
+  int64_t big = (int64_t{1} << 60) + 1;
+  CHECK(full({2}, big, DType::i64).to_vector<int64_t>() == std::vector<int64_t>{big, big});
+  CHECK(full({1}, -big, DType::i64).item<int64_t>() == -big);
+}
