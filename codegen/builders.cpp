@@ -118,6 +118,11 @@ NodePtr unary(Op op, NodePtr x) {
 NodePtr expand(NodePtr x, Shape s) {
   if (x->shape == s) return x;
   const auto& in = x->shape.dims;
+  for (int64_t d : s.dims)
+    if (d < 0)
+      throw ShapeError(fmt::format("expand: cannot expand shape {} to {}: sizes must be non-negative (-1, which "
+                                   "keeps a size, is only allowed for existing dims)",
+                                   x->shape.str(), s.str()));
   if (in.size() > s.dims.size())
     throw ShapeError(fmt::format("expand: cannot expand shape {} to {} of lower rank", x->shape.str(), s.str()));
   size_t lead = s.dims.size() - in.size();

@@ -119,3 +119,8 @@ TEST_CASE("view of a transposed tensor that needs a copy", "[error]") {
   REQUIRE_ERROR(t.view({6}), ShapeError, "view", "[3, 2]", "strides [1, 3]", "[6]", "reshape()");
   CHECK(t.reshape({6}).numel() == 6);  // reshape copies instead
 }
+
+TEST_CASE("expand to a negative size", "[error]") {
+  REQUIRE_ERROR(ones({3}).expand({-1, 3}), ShapeError, "expand", "-1");
+  REQUIRE_ERROR(ones({3}).expand({-2}), ShapeError, "expand", "-2");
+}
