@@ -114,7 +114,9 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Div:
       return {bin(Op::Div, g, a[1]), ir::unary(Op::Neg, bin(Op::Div, bin(Op::Mul, g, self), a[1]))};
     case Op::Pow: {
-      NodePtr da = bin(Op::Mul, g, bin(Op::Mul, a[1], bin(Op::Pow, a[0], bin(Op::Sub, a[1], one()))));
+      // b * a^(b-1), taken as 0 where b == 0 (0 * inf at a == 0 otherwise), as PyTorch does.
+      NodePtr da = bin(Op::Mul, g, ir::where(bin(Op::Eq, a[1], scalar(0, dt)), zeros_like(g),
+                                             bin(Op::Mul, a[1], bin(Op::Pow, a[0], bin(Op::Sub, a[1], one())))));
       NodePtr db = a[1]->requires_grad ? bin(Op::Mul, g, bin(Op::Mul, self, ir::unary(Op::Log, a[0]))) : nullptr;
       return {da, db};
     }

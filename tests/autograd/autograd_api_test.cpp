@@ -335,3 +335,16 @@ TEST_CASE("autograd: backward frees nothing the next forward needs", "[autograd]
   }
   CHECK(vals(w) == std::vector<double>{0, 0});  // w - 0.5 * 2w = 0 after the first step
 }
+
+TEST_CASE("autograd: pow gradients at zero are finite", "[autograd]") {
+  // d/dx x^0 = 0 and d/dx x^1 = 1 everywhere, also at x = 0 (PyTorch masks 0 * inf).
+  Tensor x = leaf({0, 2}, {2});
+  x.pow(0).sum().backward();
+  CHECK(vals(x.grad()) == std::vector<double>{0, 0});
+  x.grad().zero_();
+  x.pow(1).sum().backward();
+  CHECK(vals(x.grad()) == std::vector<double>{1, 1});
+  x.grad().zero_();
+  x.pow(2).sum().backward();
+  CHECK(vals(x.grad()) == std::vector<double>{0, 4});
+}
