@@ -131,6 +131,9 @@ struct Where {
   static Tensor apply(const Tensor& c, const Tensor& a, const Tensor& b) { return where(c, a, b); }
   static Tensor apply(const Tensor& c, const Tensor& a, const Scalar& b) { return where(c, a, scalar_like(b, a)); }
   static Tensor apply(const Tensor& c, const Scalar& a, const Tensor& b) { return where(c, scalar_like(a, b), b); }
+  static Tensor apply(const Tensor& c, const Scalar& a, const Scalar& b) {
+    return where(c, scalar_like(a, c), scalar_like(b, c));  // typed as on their own: where(c, 1.0, 0) is f32
+  }
 };
 
 // --- lowering: type tree -> IR (through the same functional ops as Tensor) ---

@@ -289,3 +289,14 @@ TEST_CASE("0-d tensors in elementwise ops", "[elementwise]") {
   CHECK(r.dim() == 0);
   CHECK(r.item<double>() == 10);
 }
+
+TEST_CASE("where with two scalar branches", "[elementwise]") {
+  Tensor c = tensor({1, 0, 1}) > 0;
+  Tensor f = where(c, 1.5, -2.0);
+  CHECK(f.dtype() == DType::f32);
+  CHECK(vals(f) == std::vector<double>{1.5, -2, 1.5});
+  Tensor i = where(c, 1, 0);
+  CHECK(i.dtype() == DType::i64);
+  CHECK(ivals(i) == std::vector<int64_t>{1, 0, 1});
+  CHECK(Tensor(where(c, 1, 0.5)).dtype() == DType::f32);
+}
