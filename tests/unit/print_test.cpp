@@ -160,3 +160,38 @@ TEST_CASE("fmt formatters for Tensor, Shape, DType, Device", "[print]") {
   CHECK(fmt::format("{}", gpu(1)) == "cuda:1");
   CHECK(fmt::format("{}", tensor({1., 2.}) * 2) == "tensor([2., 4.])");
 }
+
+TEST_CASE("print: a summarized 3-d tensor", "[print]") {
+  Tensor t = arange(7 * 2 * 100).reshape({7, 2, 100});
+  std::string s = t.str();
+  std::string expect =
+      "tensor([[[   0,    1,    2,  ...,   97,   98,   99],\n"
+      "         [ 100,  101,  102,  ...,  197,  198,  199]],\n"
+      "\n"
+      "        [[ 200,  201,  202,  ...,  297,  298,  299],\n"
+      "         [ 300,  301,  302,  ...,  397,  398,  399]],\n"
+      "\n"
+      "        [[ 400,  401,  402,  ...,  497,  498,  499],\n"
+      "         [ 500,  501,  502,  ...,  597,  598,  599]],\n"
+      "\n"
+      "        ...,\n"
+      "\n"
+      "        [[ 800,  801,  802,  ...,  897,  898,  899],\n"
+      "         [ 900,  901,  902,  ...,  997,  998,  999]],\n"
+      "\n"
+      "        [[1000, 1001, 1002,  ..., 1097, 1098, 1099],\n"
+      "         [1100, 1101, 1102,  ..., 1197, 1198, 1199]],\n"
+      "\n"
+      "        [[1200, 1201, 1202,  ..., 1297, 1298, 1299],\n"
+      "         [1300, 1301, 1302,  ..., 1397, 1398, 1399]]])";
+  CHECK(s == expect);
+}
+
+TEST_CASE("print: negative zero and mixed signs in integer mode", "[print]") {
+  CHECK(tensor({-0.0}).str() == "tensor([-0.])");
+  CHECK(tensor({-1., 10.}).str() == "tensor([-1., 10.])");
+}
+
+TEST_CASE("print: f16 values print their stored value", "[print]") {
+  CHECK(tensor({0.1, 1.5}).to(DType::f16).str() == "tensor([0.1000, 1.5000], dtype=float16)");
+}
