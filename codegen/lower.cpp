@@ -34,15 +34,9 @@ struct Term {
   int d = -1;
   int64_t c = 0;
   int64_t o = 0;
+  bool operator==(const Term&) const = default;
 };
 using Map = std::vector<Term>;
-
-std::vector<int64_t> encode(const Map& m) {
-  std::vector<int64_t> e;
-  e.reserve(m.size() * 3);
-  for (const Term& t : m) e.insert(e.end(), {t.d, t.c, t.o});
-  return e;
-}
 
 int64_t const_bits(const Node& n) {
   const ir::ScalarValue& v = n.value;
@@ -68,8 +62,9 @@ struct Builder {
   Lowered L;
   int R = 1;
   std::unordered_map<Node*, int> param_of;
-  std::map<std::vector<int64_t>, int> load_of;  // param, offset, strides -> slot
-  std::map<std::pair<Node*, std::vector<int64_t>>, int> memo;
+  // Small, searched linearly: a launch's lowering must not cost map nodes.
+  std::vector<std::pair<int, std::vector<int64_t>>> load_of;  // slot -> (param, offset and strides)
+  std::unordered_map<Node*, std::vector<std::pair<Map, int>>> memo;  // node -> (index map, stmt)
   std::vector<std::vector<int64_t>> load_args;
   std::vector<int64_t> const_args;
 
@@ -92,14 +87,16 @@ struct Builder {
       a[0] += v.strides[j] * m[j].o;
       if (m[j].d >= 0) a[1 + static_cast<size_t>(m[j].d)] += v.strides[j] * m[j].c;
     }
-    std::vector<int64_t> k = a;
-    k.insert(k.begin(), pit->second);
-    auto [lit, lfresh] = load_of.emplace(k, static_cast<int>(load_args.size()));
-    if (lfresh) {
-      load_args.push_back(a);
+    int slot = -1;
+    for (size_t i = 0; i < load_of.size() && slot < 0; ++i)
+      if (load_of[i].first == pit->second && load_of[i].second == a) slot = static_cast<int>(i);
+    if (slot < 0) {
+      slot = static_cast<int>(load_args.size());
+      load_of.emplace_back(pit->second, a);
+      load_args.push_back(std::move(a));
       L.kernel.load_params.push_back(pit->second);
     }
-    return push({StmtKind::Load, Op::Input, key->dtype, {}, lit->second});
+    return push({StmtKind::Load, Op::Input, key->dtype, {}, slot});
   }
 
   int push(Stmt s) {
@@ -108,8 +105,9 @@ struct Builder {
   }
 
   int visit(Node* n, const Map& m, bool root = false) {
-    auto key = std::make_pair(n, encode(m));
-    if (auto it = memo.find(key); it != memo.end()) return it->second;
+    auto& seen = memo[n];
+    for (auto& [mm, sid] : seen)
+      if (mm == m) return sid;
     int id;
     std::optional<BufferView> v = root ? std::nullopt : value_of(n);
     if (v && n->op != Op::Constant) {
@@ -143,7 +141,7 @@ struct Builder {
           break;
         case Op::Reshape: {
           id = load(n, resolve(n), m);
-          memo.emplace(std::move(key), id);
+          memo[n].emplace_back(m, id);
           return id;
         }
         default: throw InternalError("lower_to_kernel_ir: unknown movement op");
@@ -153,7 +151,7 @@ struct Builder {
       throw InternalError(fmt::format("lower_to_kernel_ir: {} cannot be fused (the scheduler must materialize it)",
                                       ir::op_name(n->op)));
     }
-    memo.emplace(std::move(key), id);
+    memo[n].emplace_back(m, id);
     return id;
   }
 
