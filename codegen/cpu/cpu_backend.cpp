@@ -187,7 +187,7 @@ class CpuBackend final : public Backend {
 
   void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override {
     bump(&CpuJitStats::realizations);
-    sched::Schedule S = sched::schedule(roots, {16, keep_grad_values});
+    sched::Schedule S = sched::schedule(roots, {.max_inputs = 16, .keep_grad_values = keep_grad_values});
     static std::atomic<int> dump_seq{0};
     if (!dump_dir().empty())
       dump_file(fmt::format("schedule_{}.txt", dump_seq++), ir::to_string(roots) + "\n" + S.to_string());
