@@ -1,5 +1,8 @@
 #include "codegen/schedule.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -79,6 +82,14 @@ bool reduce_supports(const Node& n) {
   return !half(n.dtype);
 }
 
+bool fusion_enabled_by_env() {
+  static const bool on = [] {
+    const char* e = std::getenv("TESSEL_FUSION");
+    return !(e && std::string_view(e) == "off");
+  }();
+  return on;
+}
+
 Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
   Schedule S;
   S.order = ir::topo_order(roots);
@@ -97,6 +108,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     Category c = ir::op_category(n->op);
     bool constant = n->op == Op::Constant;
     if (uses[n] > 1 && !constant) mark(n, fmt::format("used by {} consumers", uses[n]));
+    if (!opts.fuse && !constant && c != Category::Movement) mark(n, "fusion off");
     if (opts.keep_grad_values && n->requires_grad && !constant && c != Category::Movement)
       mark(n, "kept for backward");
     if (c == Category::Reduce) {

@@ -35,9 +35,14 @@ struct Step {
   std::string reason;  // why this node is materialized
 };
 
+/// False when TESSEL_FUSION=off: every computed node becomes its own kernel
+/// (for experiments that measure what fusion buys).
+bool fusion_enabled_by_env();
+
 struct Options {
   int max_inputs = 16;          // distinct buffers one kernel may read
   bool keep_grad_values = false; // nodes backward reads are materialized
+  bool fuse = fusion_enabled_by_env();  // false: one kernel per computed node
 };
 
 struct Schedule {

@@ -121,6 +121,16 @@ TEST_CASE("scheduling: a reduction takes its producers; shared nodes are cut wit
   CHECK(s2.materialized.at(shared.node().get()) == "used by 2 consumers");
 }
 
+TEST_CASE("scheduling: with fusion off every computed node is its own kernel", "[jit]") {
+  Tensor a = rand({4, 5}), b = rand({4, 5}), c = rand({5}), d = rand({4, 5});
+  Tensor y = relu(a * b + c) * d;
+  sched::Options off;
+  off.fuse = false;
+  sched::Schedule s = sched::schedule({y.node()}, off);
+  CHECK(s.kernels() == 4);  // mul, add, relu, mul; the broadcast of c stays a strided load
+  CHECK(s.to_string().find("fusion off") != std::string::npos);
+}
+
 TEST_CASE("scheduling: the input limit cuts a wide tree", "[jit]") {
   Tensor y = rand({3});
   for (int i = 0; i < 40; ++i) y = Tensor(y + rand({3}));
