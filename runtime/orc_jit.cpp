@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string_view>
 #include <mutex>
 #include <optional>
 
@@ -23,6 +25,18 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Transforms/InstCombine/InstCombine.h>
+#include <llvm/Transforms/Scalar/EarlyCSE.h>
+#include <llvm/Transforms/Scalar/IndVarSimplify.h>
+#include <llvm/Transforms/Scalar/LICM.h>
+#include <llvm/Transforms/Scalar/LoopPassManager.h>
+#include <llvm/Transforms/Scalar/LoopRotation.h>
+#include <llvm/Transforms/Scalar/SROA.h>
+#include <llvm/Transforms/Scalar/SimplifyCFG.h>
+#include <llvm/Transforms/Utils/LCSSA.h>
+#include <llvm/Transforms/Utils/LoopSimplify.h>
+#include <llvm/Transforms/Vectorize/LoopVectorize.h>
+#include <llvm/Transforms/Vectorize/SLPVectorizer.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -229,6 +243,8 @@ OrcJit::OrcJit(OrcJitOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& I = *impl_;
   I.opts = std::move(options);
   I.opts.opt_level = std::clamp(I.opts.opt_level, 0, 3);
+  // TESSEL_JIT_PIPELINE=o3 restores the full pipeline (to compare speed and compile time).
+  if (const char* e = std::getenv("TESSEL_JIT_PIPELINE"); e && std::string_view(e) == "o3") I.opts.lean = false;
   I.cache_owner = I.opts.cache;
   I.cache = I.cache_owner ? I.cache_owner.get() : &KernelCache::global();
 
@@ -238,7 +254,8 @@ OrcJit::OrcJit(OrcJitOptions options) : impl_(std::make_unique<Impl>()) {
   static constexpr llvm::CodeGenOpt::Level kLevels[] = {
       llvm::CodeGenOpt::None, llvm::CodeGenOpt::Less, llvm::CodeGenOpt::Default,
       llvm::CodeGenOpt::Aggressive};
-  I.jtmb->setCodeGenOptLevel(kLevels[I.opts.opt_level]);
+  I.jtmb->setCodeGenOptLevel(I.opts.lean && I.opts.opt_level >= 2 ? llvm::CodeGenOpt::Default
+                                                                    : kLevels[I.opts.opt_level]);
   // Code model and relocations stay at LLVM's JIT defaults (large code model):
   // the objects we cache are linked wherever the JIT's memory manager puts
   // them, possibly far from the libraries they call.
@@ -278,9 +295,10 @@ OrcJit::OrcJit(OrcJitOptions options) : impl_(std::make_unique<Impl>()) {
     detail::trace_line("jit", fmt::format("vector math library '{}' not available; using none",
                                           veclib_name(I.opts.vector_math)));
 
-  I.options_str = fmt::format("O{};veclib={};fast={};vw={}", I.opts.opt_level,
+  I.options_str = fmt::format("O{};veclib={};fast={};vw={}{}", I.opts.opt_level,
                               veclib_name(I.vecmath), I.opts.fast_math ? 1 : 0,
-                              I.opts.prefer_vector_width);
+                              I.opts.prefer_vector_width,
+                              I.opts.lean && I.opts.opt_level >= 2 ? ";lean" : "");
 }
 
 OrcJit::~OrcJit() = default;
@@ -371,9 +389,32 @@ std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m) {
     static const llvm::OptimizationLevel kLevels[] = {
         llvm::OptimizationLevel::O0, llvm::OptimizationLevel::O1, llvm::OptimizationLevel::O2,
         llvm::OptimizationLevel::O3};
-    llvm::ModulePassManager mpm =
-        opts.opt_level == 0 ? pb.buildO0DefaultPipeline(llvm::OptimizationLevel::O0)
-                            : pb.buildPerModuleDefaultPipeline(kLevels[opts.opt_level]);
+    llvm::ModulePassManager mpm;
+    if (opts.lean && opts.opt_level >= 2) {
+      llvm::FunctionPassManager fpm;
+      fpm.addPass(llvm::SROAPass());
+      fpm.addPass(llvm::EarlyCSEPass(/*UseMemorySSA=*/false));
+      fpm.addPass(llvm::InstCombinePass());
+      fpm.addPass(llvm::SimplifyCFGPass());
+      fpm.addPass(llvm::LoopSimplifyPass());
+      fpm.addPass(llvm::LCSSAPass());
+      {
+        llvm::LoopPassManager lpm;
+        lpm.addPass(llvm::LoopRotatePass());
+        lpm.addPass(llvm::LICMPass(llvm::LICMOptions()));
+        lpm.addPass(llvm::IndVarSimplifyPass());
+        fpm.addPass(llvm::createFunctionToLoopPassAdaptor(std::move(lpm), /*UseMemorySSA=*/true));
+      }
+      fpm.addPass(llvm::LoopVectorizePass(llvm::LoopVectorizeOptions()));
+      fpm.addPass(llvm::SLPVectorizerPass());
+      fpm.addPass(llvm::EarlyCSEPass(/*UseMemorySSA=*/false));
+      fpm.addPass(llvm::InstCombinePass());
+      fpm.addPass(llvm::SimplifyCFGPass());
+      mpm.addPass(llvm::createModuleToFunctionPassAdaptor(std::move(fpm)));
+    } else {
+      mpm = opts.opt_level == 0 ? pb.buildO0DefaultPipeline(llvm::OptimizationLevel::O0)
+                                : pb.buildPerModuleDefaultPipeline(kLevels[opts.opt_level]);
+    }
     mpm.run(m, mam);
   }
 

@@ -55,6 +55,13 @@ struct OrcJitOptions {
   /// Widest vectors the vectorizers may use in bits (e.g. 512 for AVX-512);
   /// 0 keeps LLVM's choice for the CPU (256 on recent Xeons).
   int prefer_vector_width = 0;
+  /// At opt_level >= 2: a short function pass list (clean-up, loop
+  /// canonicalization, loop and SLP vectorization) and the Default code
+  /// generator level instead of the full O3 pipeline and Aggressive code
+  /// generation. Fused kernels are a few loops over loads and arithmetic; the
+  /// full pipeline (inlining, unswitching, ...) finds nothing more in them and
+  /// costs most of the compile time.
+  bool lean = true;
 };
 
 /// One kernel function in the JIT.
