@@ -36,6 +36,7 @@
 #include <llvm/Transforms/Utils/LCSSA.h>
 #include <llvm/Transforms/Utils/LoopSimplify.h>
 #include <llvm/Transforms/Vectorize/LoopVectorize.h>
+#include <llvm/Transforms/Utils/InjectTLIMappings.h>
 #include <llvm/Transforms/Vectorize/SLPVectorizer.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Host.h>
@@ -405,6 +406,9 @@ std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m) {
         lpm.addPass(llvm::IndVarSimplifyPass());
         fpm.addPass(llvm::createFunctionToLoopPassAdaptor(std::move(lpm), /*UseMemorySSA=*/true));
       }
+      // The vector-library mappings (libmvec/SLEEF) reach the vectorizers
+      // only through this pass, as in LLVM's default pipeline.
+      fpm.addPass(llvm::InjectTLIMappings());
       fpm.addPass(llvm::LoopVectorizePass(llvm::LoopVectorizeOptions()));
       fpm.addPass(llvm::SLPVectorizerPass());
       fpm.addPass(llvm::EarlyCSEPass(/*UseMemorySSA=*/false));
