@@ -198,6 +198,21 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed) {
       if (!fresh) slot->second = bin(Op::Add, slot->second, p);
     }
   }
+  // The values the backward graph reads are its realized leaves; one written
+  // in place after the forward graph took it would give a silently wrong
+  // gradient (PyTorch's version-counter check).
+  std::vector<NodePtr> roots;
+  for (auto& lg : out) roots.push_back(lg.grad);
+  for (ir::Node* n : ir::topo_order(roots)) {
+    if (n->op != Op::Input || !n->buffer->storage) continue;
+    uint64_t now = n->buffer->storage->version();
+    if (now != n->version)
+      throw ValueError(fmt::format(
+          "backward: a value this gradient needs (a {} tensor of shape {}) was modified in place after the forward "
+          "pass used it (it is at version {}, the graph used version {}); do the in-place update (an optimizer "
+          "step, x.data() += ...) after backward, or compute on a clone()",
+          dtype_name(n->dtype), n->shape.str(), now, n->version));
+  }
   return out;
 }
 

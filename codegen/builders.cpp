@@ -70,6 +70,7 @@ NodePtr input(BufferView view, DType dtype, Shape shape, bool requires_grad, std
   n->op = Op::Input;
   n->dtype = dtype;
   n->shape = std::move(shape);
+  n->version = view.storage ? view.storage->version() : 0;
   n->buffer = std::move(view);
   n->requires_grad = requires_grad;
   n->owner = std::move(owner);

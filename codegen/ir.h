@@ -134,6 +134,9 @@ struct Node {
   // Set once the node's value exists: always for Input, after realization for
   // the rest. A node with a buffer is a leaf to every evaluator.
   std::optional<BufferView> buffer;
+  // Input: the storage's version when this node was made; backward refuses to
+  // read a value that was written in place since.
+  uint64_t version = 0;
 
   bool realized() const { return buffer.has_value(); }
   int64_t numel() const { return shape.numel(); }

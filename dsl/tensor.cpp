@@ -137,7 +137,13 @@ void Tensor::check_defined(const char* what) const {
 
 const ir::NodePtr& Tensor::node() const {
   check_defined("node");
-  return impl_->node;
+  ir::NodePtr& n = impl_->node;
+  // Memory written in place since this leaf node was made: new graphs get a
+  // fresh node at the new version, while graphs built before keep the old
+  // one, so their backward can tell the value it needs is gone.
+  if (n->op == ir::Op::Input && n->buffer->storage && n->version != n->buffer->storage->version())
+    n = ir::input(*n->buffer, n->dtype, n->shape, n->requires_grad, n->owner);
+  return n;
 }
 const Shape& Tensor::shape() const { return node()->shape; }
 DType Tensor::dtype() const { return node()->dtype; }

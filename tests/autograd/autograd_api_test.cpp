@@ -348,3 +348,24 @@ TEST_CASE("autograd: pow gradients at zero are finite", "[autograd]") {
   x.pow(2).sum().backward();
   CHECK(vals(x.grad()) == std::vector<double>{0, 4});
 }
+
+TEST_CASE("autograd: in-place changes of values backward does not read are fine", "[autograd]") {
+  Tensor w = leaf({1, 2}, {2});
+  Tensor x = tensor({5., 6.}, DType::f64);
+  Tensor loss = (x + w).sum();  // d/dw does not read x
+  x.data() += 1;
+  loss.backward();
+  CHECK(vals(w.grad()) == std::vector<double>{1, 1});
+}
+
+TEST_CASE("autograd: a graph built after an in-place step sees the new values", "[autograd]") {
+  Tensor w = leaf({1, 2}, {2});
+  for (int i = 0; i < 2; ++i) {
+    Tensor loss = (w * w).sum();
+    loss.backward();
+    NoGradGuard g;
+    w.data() += 1;
+  }
+  // grads: 2 * [1, 2] + 2 * [2, 3]
+  CHECK(vals(w.grad()) == std::vector<double>{6, 10});
+}

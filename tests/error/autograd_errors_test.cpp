@@ -84,3 +84,21 @@ TEST_CASE("in-place on an element of a leaf works inside NoGradGuard", "[error]"
   CHECK(tessel::testing::vals(w) == std::vector<double>{5, 1, 1});
   CHECK(w.requires_grad());
 }
+
+TEST_CASE("backward after an in-place change of a value the gradient needs", "[error]") {
+  Tensor w = ones({2}, DType::f64).requires_grad_();
+  Tensor loss = (w * w).sum();
+  {
+    NoGradGuard g;
+    w += 1;  // the optimizer step came before backward
+  }
+  REQUIRE_ERROR(loss.backward(), ValueError, "backward", "modified in place", "[2]");
+}
+
+TEST_CASE("backward after an in-place change through data()", "[error]") {
+  Tensor w = ones({2}, DType::f64).requires_grad_();
+  Tensor c = tensor({1., 2.}, DType::f64);
+  Tensor loss = (w * c).sum();  // d/dw reads c
+  c.data() *= 3;
+  REQUIRE_ERROR(loss.backward(), ValueError, "modified in place");
+}
