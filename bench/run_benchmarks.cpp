@@ -37,6 +37,7 @@
 #include "dsl/tessel.h"
 #include "dsl/train/optimizer.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/thread_pool.h"
 
 using namespace tessel;
 
@@ -548,6 +549,8 @@ void bench::Results::ratios(const std::string& fig, const std::string& tessel_ke
 }
 
 int main(int argc, char** argv) {
+  // Every figure is single-threaded: tessel's pool, OpenBLAS and LibTorch alike.
+  tessel::set_num_threads(1);
   openblas_set_num_threads(1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   bench::torch_peer::use_one_thread();
@@ -578,8 +581,9 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&gb_argc, gb_args.data());
 
   fmt::print("tessel bench: tessel rows on backend '{}' (ref interpreter as tessel_ref), LibTorch {} with {} thread(s), "
-             "OpenBLAS 1 thread, kernel cache {}\n",
-             main_backend_name(), bench::torch_peer::version(), bench::torch_peer::num_threads(), tmpl);
+             "OpenBLAS 1 thread, tessel pool {} thread(s), kernel cache {}\n",
+             main_backend_name(), bench::torch_peer::version(), bench::torch_peer::num_threads(), tessel::num_threads(),
+             tmpl);
   std::fflush(stdout);
 
   // One-shot figures first: compile latency wants a JIT that has compiled nothing yet.
