@@ -1,5 +1,6 @@
 #include "codegen/backend.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -10,7 +11,11 @@ namespace tessel {
 namespace {
 Backend* g_compiled_cpu = nullptr;
 thread_local Backend* t_override = nullptr;
+std::atomic<std::uint64_t> g_ref_realizations{0};
 }  // namespace
+
+RefStats ref_stats() { return {g_ref_realizations.load(std::memory_order_relaxed)}; }
+void detail::count_ref_realization() { g_ref_realizations.fetch_add(1, std::memory_order_relaxed); }
 
 void register_cpu_backend(Backend* b) { g_compiled_cpu = b; }
 

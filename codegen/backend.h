@@ -3,6 +3,7 @@
 // themselves and are chosen by TESSEL_BACKEND (ref | cpu | cuda) or by default.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,16 @@ class Backend {
 
 /// The plain interpreter: the oracle every compiled result is tested against.
 Backend& ref_backend();
+
+/// How often the ref interpreter computed anything in this process: a test
+/// that must evaluate nothing (an AOT export's trace) checks it stays put.
+struct RefStats {
+  std::uint64_t realizations = 0;  // realize() calls (compiled backends' fallbacks included)
+};
+RefStats ref_stats();
+namespace detail {
+void count_ref_realization();  // the interpreter's one hook
+}
 
 /// The backend for CPU tensors: TESSEL_BACKEND, else the best one built.
 Backend& cpu_backend();

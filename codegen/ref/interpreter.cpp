@@ -479,6 +479,7 @@ class RefBackend final : public Backend {
   std::string_view name() const override { return "ref"; }
 
   void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override {
+    detail::count_ref_realization();
     std::vector<Node*> order = ir::topo_order(roots);
     std::unordered_map<Node*, int> uses;
     for (Node* n : order)
