@@ -11,6 +11,11 @@
 // (cmake: tessel_add_aot_kernels, cmake/TesselAot.cmake) runs the model for
 // those shapes with zero JIT compiles, even with TESSEL_JIT=off.
 //
+// Training too: `.backward = true` adds the kernels of backward, and
+// `.optimizer = aot::sgd({.lr = 0.1})` (or adam, adamw, your own) those of the
+// optimizer's step, so `opt.zero_grad(); loss.backward(); opt.step();` in the
+// deployment compiles nothing either.
+//
 // Kernels are specialized on structure and on the rank left after merging
 // contiguous dims, so export with the shapes (at least the ranks and
 // broadcasting patterns) the deployment uses.
@@ -19,27 +24,79 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "codegen/aot/export.h"
 #include "dsl/nn/module.h"
+#include "dsl/nn/symbolic.h"
 #include "dsl/tensor.h"
+#include "dsl/train/optimizer.h"
 
 namespace tessel::aot {
 
 using Forward = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<nn::Parameter>)>;
 
-/// Traces `forward` on `inputs` (forward, and backward of the sum of the
-/// outputs when options.backward) and writes the export. `params`: the
-/// parameters whose gradients backward would touch, restored afterwards.
+/// The optimizer whose steps an export traces (ExportOptions::optimizer),
+/// built over the parameters the trace uses, as the training loop it stands
+/// for builds `optim::SGD opt(net->parameters(), {.lr = 0.1})`. Only which
+/// terms are on (momentum, weight decay, Nesterov, AdamW's decoupling) shapes
+/// the kernels; the numbers are launch arguments.
+struct OptimizerSpec {
+  std::string name;      // in messages: "sgd", "adam", "adamw" or yours
+  OptimizerFactory make;
+};
+std::shared_ptr<const OptimizerSpec> sgd(optim::SGDOptions o = {});
+std::shared_ptr<const OptimizerSpec> adam(optim::AdamOptions o = {});
+std::shared_ptr<const OptimizerSpec> adamw(optim::AdamOptions o = {});
+/// Your own optimizer class: `make` builds it over the parameters.
+std::shared_ptr<const OptimizerSpec> optimizer(std::string name, OptimizerFactory make);
+/// From text, for command lines: "sgd", "sgd:lr=0.1,momentum=0.9",
+/// "adam:lr=1e-3,weight_decay=0.01", "adamw". Keys are the fields of
+/// optim::SGDOptions / optim::AdamOptions; ValueError names an unknown one.
+std::shared_ptr<const OptimizerSpec> parse_optimizer(std::string_view text);
+
+/// Traces `forward` on `inputs` and writes the export. With options.backward
+/// it traces the loop `zero_grad(); forward; loss.backward()` (loss: the sum
+/// of the outputs), with options.optimizer also `opt.step()` over `params`.
+/// `params` trace on stand-ins of their memory: their values and gradients
+/// are as before afterwards.
 Manifest export_traced(const Forward& forward, const std::vector<Tensor>& inputs, const std::filesystem::path& out_dir,
-                       const ExportOptions& options, const std::vector<Tensor>& params = {});
+                       const ExportOptions& options, const std::vector<nn::Parameter>& params = {});
 
-/// Materializes a module's lazy parameters by one forward on the ref
-/// interpreter (no compile), so tracing never reads uninitialized weights.
+/// Gives a module's lazy parameters their shapes and first values. A symbolic
+/// model sizes them by its shape pass; any other module by one forward on the
+/// ref interpreter (no compile), so tracing never reads uninitialized weights.
 void materialize_lazy(nn::Module& m, const std::vector<Tensor>& inputs);
+
+/// Exports a module's kernels (export_kernels with a module). A symbolic model
+/// (nn::SymbolicImpl) is never run: parameter shapes come from its shape pass
+/// and uninitialized ones trace as stand-ins, so the model is left as it was.
+Manifest export_module(nn::Module& m, const std::vector<Tensor>& inputs, const std::filesystem::path& out_dir,
+                       const ExportOptions& options);
+
+/// Exports the kernels of a symbolic model from its expression type and input
+/// shape alone: no model object, no example tensor, nothing evaluated or
+/// compiled. Parameter shapes come from the shape pass (dsl/nn/symbolic.h); a
+/// shape mistake is a ShapeError naming the symbol.
+///
+///   auto mlp = relu(param<"X"> % param<"W1"> + param<"b1">) % param<"W2"> + param<"b2">;
+///   aot::export_symbolic(mlp, {.widths = {{"W1", 256}, {"W2", 10}}}, Shape{64, 20}, "out/mlp",
+///                        {.name = "mlp", .backward = true, .optimizer = aot::sgd({.lr = 0.1})});
+///
+/// The kernels are those of `nn::symbolic(mlp, ...)` run on a [64, 20] input.
+template <class E>
+  requires expr::Expression<E>
+Manifest export_symbolic(const E& expression, const nn::SymbolicOptions& opt, const Shape& input,
+                         const std::filesystem::path& out_dir, const ExportOptions& options = {}) {
+  nn::SymbolicImpl<E> model(expression, opt);  // parameters stay uninitialized: only stand-ins are traced
+  model.set_name(options.name);
+  return export_module(model, {empty(input)}, out_dir, options);
+}
 
 /// Exports the kernels of a module (holder or Module&) or of a callable taking
 /// the inputs as Tensors (or one std::vector<Tensor>) and returning a Tensor
@@ -53,11 +110,7 @@ Manifest export_kernels(F&& fn_or_module, const std::vector<Tensor>& inputs, con
     else return std::vector<Tensor>(r.begin(), r.end());
   };
   if constexpr (std::is_base_of_v<nn::Module, D>) {
-    materialize_lazy(fn_or_module, inputs);
-    std::vector<Tensor> ps;
-    for (auto& item : fn_or_module.named_parameters()) ps.push_back(item.second);
-    return export_traced([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn_or_module.forward(in.at(0))}; },
-                         inputs, out_dir, options, ps);
+    return export_module(fn_or_module, inputs, out_dir, options);
   } else if constexpr (requires(const D& d) { d.ptr(); d->forward(inputs.at(0)); }) {
     return export_kernels(*fn_or_module, inputs, out_dir, options);
   } else if constexpr (std::is_invocable_v<F, const std::vector<Tensor>&>) {
@@ -81,8 +134,8 @@ namespace tessel::aot {
 
 /// The command line tessel_add_aot_kernels (cmake/TesselAot.cmake) gives a
 /// generator program: --out DIR --name NAME [--archs 80,90] [--cubin-archs 90]
-/// [--backward] [--no-cuda] [--cpu CPU] [--model M] ...; unknown `--key value`
-/// pairs land in `extra`.
+/// [--backward] [--optimizer sgd:lr=0.1] [--no-cuda] [--cpu CPU] [--model M] ...;
+/// unknown `--key value` pairs land in `extra`.
 struct GeneratorArgs {
   std::filesystem::path out;
   ExportOptions options;

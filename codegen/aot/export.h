@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,14 @@ namespace tessel::aot {
 /// A missing, edited or corrupted export file.
 struct ArtifactError : Error { using Error::Error; };
 
+/// Which optimizer's steps an export traces: dsl/aot.h defines it (aot::sgd,
+/// aot::adam, aot::adamw, aot::optimizer); here it is only carried along.
+struct OptimizerSpec;
+
 struct ExportOptions {
   std::string name = "kernels";      // C identifier: file names and symbol prefix
   bool backward = false;             // also trace backward (dsl/aot.h)
+  std::shared_ptr<const OptimizerSpec> optimizer;  // with backward: also trace optimizer steps
   bool cpu = true;                   // write the host object
   std::string cpu_target = "host";   // or an LLVM CPU name ("x86-64-v3") for portable code
   bool cuda = true;                  // write .cu (and PTX/CUBIN when NVRTC is there)

@@ -2,6 +2,7 @@
 // nothing runs) and then computes its outputs with the JIT, saved beside the
 // export so the AOT program can compare against the JIT path.
 //   aot_gen --out DIR --name NAME --archs 80,90 --model mlp|chain [--backward]
+//   aot_gen ... --model mlp_train --backward --optimizer sgd:lr=0.05,momentum=0.9
 #include <fmt/format.h>
 
 #include <map>
@@ -25,11 +26,7 @@ int main(int argc, char** argv) try {
     aot::materialize_lazy(*net, {x});
     if (g.options.backward) {
       m = aot::export_traced([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{net(in[0])}; }, {x}, g.out,
-                             g.options, [&] {
-                               std::vector<Tensor> ps;
-                               for (auto& [n, p] : net->named_parameters()) ps.push_back(p);
-                               return ps;
-                             }());
+                             g.options, net->parameters());
       Tensor y = aot_models::mlp_step(net, x);
       for (auto& [n, p] : net->named_parameters()) ref["grad." + n] = p.grad();
       ref["output"] = y;
@@ -38,6 +35,26 @@ int main(int argc, char** argv) try {
       ref["output"] = net(x);
     }
     for (auto& [n, p] : net->named_parameters()) ref["param." + n] = p.detach();
+    ref["input"] = x;
+  } else if (model == "mlp_train") {
+    // The kernels from the expression type and the input shape alone (no
+    // model object), forward + backward + the optimizer's steps.
+    if (!g.options.backward || !g.options.optimizer) throw ValueError("--model mlp_train needs --backward and --optimizer");
+    m = aot::export_symbolic(aot_models::mlp_expr(), aot_models::mlp_options(), aot_models::mlp_input_shape(), g.out,
+                             g.options);
+    // The JIT's run of the loop the deployment runs, from the same first weights.
+    auto net = aot_models::make_mlp();
+    Tensor x = randn(aot_models::mlp_input_shape());
+    x.eval();
+    aot::materialize_lazy(*net, {x});
+    for (auto& [n, p] : net->named_parameters()) ref["param." + n] = p.detach().clone();
+    std::unique_ptr<optim::Optimizer> opt = g.options.optimizer->make(net->parameters());
+    for (int step = 0; step < aot_models::train_steps; ++step)
+      ref[fmt::format("output.{}", step)] = aot_models::train_step(net, *opt, x);
+    for (auto& [n, p] : net->named_parameters()) {
+      ref["grad." + n] = p.grad();
+      ref["trained." + n] = p.detach();
+    }
     ref["input"] = x;
   } else if (model == "chain") {
     Tensor x = randn(aot_models::chain_x_shape()), b = randn(aot_models::chain_b_shape());

@@ -5,16 +5,16 @@
 
 #include "dsl/nn/symbolic.h"
 #include "dsl/tessel.h"
+#include "dsl/train/optimizer.h"
 
 namespace aot_models {
 
 using namespace tessel;
 
 // The chapter MLP: 20 -> 256 -> ReLU -> 10, parameters as symbols.
-inline auto make_mlp() {
-  auto e = relu(param<"X"> % param<"W1"> + param<"b1">) % param<"W2"> + param<"b2">;
-  return nn::symbolic(e, {.widths = {{"W1", 256}, {"W2", 10}}});
-}
+inline auto mlp_expr() { return relu(param<"X"> % param<"W1"> + param<"b1">) % param<"W2"> + param<"b2">; }
+inline nn::SymbolicOptions mlp_options() { return {.widths = {{"W1", 256}, {"W2", 10}}}; }
+inline auto make_mlp() { return nn::symbolic(mlp_expr(), mlp_options()); }
 inline Shape mlp_input_shape() { return {64, 20}; }
 
 // A training step's kernels: forward realized (as a loop reading the loss
@@ -26,6 +26,21 @@ Tensor mlp_step(Net& net, const Tensor& x) {
   y.sum().backward();
   return y;
 }
+
+// One iteration of a training loop: zero_grad, forward (realized, as reading
+// the loss does), backward of the outputs' sum, optimizer step.
+template <class Net>
+Tensor train_step(Net& net, optim::Optimizer& opt, const Tensor& x) {
+  opt.zero_grad();
+  Tensor y = net(x);
+  y.eval();
+  y.sum().backward();
+  opt.step();
+  return y;
+}
+// Enough steps to pass from the first (the optimizer creates its state) to
+// the steady state.
+inline constexpr int train_steps = 3;
 
 // An elementwise chain with broadcasting, and a softmax (reductions + epilogue).
 inline std::vector<Tensor> chain(const Tensor& x, const Tensor& b) {
