@@ -1,12 +1,14 @@
 // tessel-aot: ahead-of-time kernels from the command line.
 //
 //   tessel-aot export --model mlp --batch 64 --out out/mlp [--backward] [--archs 80,90] [--no-cuda]
+//   tessel-aot export --model mlp --out out/train --optimizer sgd:lr=0.1,momentum=0.9   # a training loop's kernels
 //   tessel-aot generate ./my_generator --out out/net --name net   # runs a generator program
 //   tessel-aot list out/mlp                                       # kernels of a manifest
 //   tessel-aot verify out/mlp                                     # every file against its hash
 //
 // Built-in models: mlp (the chapter MLP, 20 -> 256 -> ReLU -> 10, symbolic
-// parameters), chain (an elementwise chain with broadcasting plus a softmax).
+// parameters: exported from its type and the input shape, nothing runs),
+// chain (an elementwise chain with broadcasting plus a softmax).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -29,13 +31,9 @@ std::vector<int> parse_archs(const std::string& s) {
 }
 
 aot::Manifest export_zoo(const std::string& model, int64_t batch, const std::string& out, aot::ExportOptions o) {
-  if (model == "mlp") {
-    auto net = nn::symbolic(relu(param<"X"> % param<"W1"> + param<"b1">) % param<"W2"> + param<"b2">,
-                            {.widths = {{"W1", 256}, {"W2", 10}}});
-    Tensor x = randn({batch, 20});
-    x.eval();
-    return aot::export_kernels(net, {x}, out, o);
-  }
+  if (model == "mlp")
+    return aot::export_symbolic(relu(param<"X"> % param<"W1"> + param<"b1">) % param<"W2"> + param<"b2">,
+                                {.widths = {{"W1", 256}, {"W2", 10}}}, Shape{batch, 20}, out, o);
   if (model == "chain") {
     Tensor x = randn({batch, 96}), b = randn({96});
     x.eval();
@@ -74,7 +72,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tessel-aot: export, list and verify ahead-of-time kernels"};
   app.require_subcommand(1);
 
-  std::string model = "mlp", out, name, archs = "80,90", cubin_archs = "90", cpu = "host";
+  std::string model = "mlp", out, name, archs = "80,90", cubin_archs = "90", cpu = "host", optimizer;
   int64_t batch = 64;
   bool backward = false, no_cuda = false;
   auto* ex = app.add_subcommand("export", "export the kernels of a built-in model");
@@ -86,6 +84,9 @@ int main(int argc, char** argv) {
   ex->add_option("--cubin-archs", cubin_archs, "CUBIN archs")->capture_default_str();
   ex->add_option("--cpu", cpu, "host, or an LLVM CPU name such as x86-64-v3")->capture_default_str();
   ex->add_flag("--backward", backward, "also export the backward kernels");
+  ex->add_option("--optimizer", optimizer,
+                 "also export an optimizer's steps (implies --backward): sgd, sgd:lr=0.1,momentum=0.9, adam, "
+                 "adamw:weight_decay=0.01");
   ex->add_flag("--no-cuda", no_cuda, "CPU kernels only");
 
   std::vector<std::string> gen;
@@ -104,7 +105,8 @@ int main(int argc, char** argv) {
     if (*ex) {
       aot::ExportOptions o;
       o.name = name.empty() ? model : name;
-      o.backward = backward;
+      o.backward = backward || !optimizer.empty();
+      if (!optimizer.empty()) o.optimizer = aot::parse_optimizer(optimizer);
       o.cuda = !no_cuda;
       o.cpu_target = cpu;
       o.ptx_archs = parse_archs(archs);
