@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 #include "runtime/cuda/prelude.h"
 #include "runtime/errors.h"
@@ -199,10 +200,10 @@ struct Writer {
     return s;
   }
 
-  // Emits the statements as SSA values named <prefix><i>; `index(slot)` is a
-  // load slot's element offset expression.
+  // Emits the statements as SSA values named <prefix><i>; `load(slot)` is the
+  // stored value of a load slot at the current element.
   void stmts(const std::vector<Stmt>& list, const std::vector<bool>& lv, const char* prefix,
-             const std::function<std::string(int)>& index) {
+             const std::function<std::string(int)>& load) {
     for (size_t i = 0; i < list.size(); ++i) {
       if (!lv[i]) continue;
       const Stmt& s = list[i];
@@ -211,8 +212,7 @@ struct Writer {
       std::string e;
       switch (s.kind) {
         case StmtKind::Load: {
-          int p = k.load_params[static_cast<size_t>(s.slot)];
-          e = fmt::format("p{}[{}]", p, index(s.slot));
+          e = load(s.slot);
           if (s.dtype == DType::b8) e = fmt::format("({} != 0)", e);
           break;
         }
@@ -236,8 +236,8 @@ struct Writer {
   std::string store(const std::string& v, DType t) { return t == DType::b8 ? fmt::format("(uint8_t)({})", v) : v; }
 
   // Splits `var` over dims [lo, hi) (innermost first), adding index * stride
-  // to each listed slot's offset o<slot>.
-  void split(const std::string& var, int lo, int hi, const std::vector<int>& slots) {
+  // to each listed slot's offset <prefix><slot> (o: the element's, r: the row's).
+  void split(const std::string& var, int lo, int hi, const std::vector<int>& slots, const char* prefix = "o") {
     for (int d = hi - 1; d >= lo; --d) {
       line(fmt::format("{{  // dim {}", d));
       ++indent;
@@ -249,17 +249,321 @@ struct Writer {
         line(fmt::format("int64_t x = {};", var));
         line(fmt::format("if (n == 1) {{ x = 0; }} else if ({0} < n) {{ {0} = 0; }} else {{ x = {0} % n; {0} /= n; }}", var));
       }
-      for (int s : slots) line(fmt::format("o{0} += x * s{0}_{1};", s, d));
+      for (int s : slots) line(fmt::format("{0}{1} += x * s{1}_{2};", prefix, s, d));
       --indent;
       line("}");
     }
   }
 
+  // --- what every kernel of this source shares ---
+  int R = 1, K = 1;                       // rank; kept dims (all, for elementwise)
+  bool red = false;
+  std::vector<bool> lv;                    // live body statements
+  std::vector<int> all_slots, load_slots;  // live slots: 0 the store, 1 + l load l
+  std::string args_type;
+  DType vt = DType::f32;                   // the body value's dtype
+  // Reductions:
+  DType at = DType::f64;
+  const char* AT = "double";
+  std::string init, combine;
+
+  void analyse(const std::string& name) {
+    R = k.rank;
+    red = k.reduce != kir::ReduceKind::None;
+    K = red ? R - k.reduce_rank : R;
+    args_type = name + "_args";
+    lv = live(k.body, k.value);
+    std::vector<bool> ll = live_loads(lv);
+    all_slots = {0};
+    for (size_t l = 0; l < ll.size(); ++l)
+      if (ll[l]) {
+        all_slots.push_back(static_cast<int>(l) + 1);
+        load_slots.push_back(static_cast<int>(l) + 1);
+      }
+    vt = k.body[static_cast<size_t>(k.value)].dtype;
+    if (!red) return;
+    at = k.acc_dtype;
+    AT = value_type(at);
+    const bool f = at == DType::f64;
+    switch (k.reduce) {
+      case kir::ReduceKind::Max: init = f ? "(-ts::inf_f64())" : "(-9223372036854775807LL - 1)"; break;
+      case kir::ReduceKind::Min: init = f ? "ts::inf_f64()" : "9223372036854775807LL"; break;
+      default: init = f ? "0.0" : "0"; break;
+    }
+    // combine(acc, v): NaN-propagating max/min, as the ref interpreter.
+    switch (k.reduce) {
+      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: combine = "{0} = {0} + {1};"; break;
+      case kir::ReduceKind::Max:
+        combine = f ? "{0} = ({0} != {0}) ? {0} : (({1} > {0} || {1} != {1}) ? {1} : {0});" : "{0} = {1} > {0} ? {1} : {0};";
+        break;
+      case kir::ReduceKind::Min:
+        combine = f ? "{0} = ({0} != {0}) ? {0} : (({1} < {0} || {1} != {1}) ? {1} : {0});" : "{0} = {1} < {0} ? {1} : {0};";
+        break;
+      default: throw InternalError("emit_cuda: unknown reduction");
+    }
+  }
+  std::string comb(const std::string& acc, const std::string& v) const { return fmt::format(fmt::runtime(combine), acc, v); }
+
+  // The kernel's opening: its signature (`extra` parameters after the
+  // argument struct), the params it reads or writes, the dims, and the
+  // strides of the store (kept dims) and of the live loads.
+  void open(const std::string& name, const std::string& extra, bool store, bool loads, bool reduced_dims = true) {
+    out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const {} A{}) {{\n", kBlockThreads, name,
+                       args_type, extra);
+    std::vector<bool> pl(k.params.size(), false);
+    pl[0] = store;
+    if (loads)
+      for (int s : load_slots) pl[static_cast<size_t>(k.load_params[static_cast<size_t>(s - 1)])] = true;
+    for (size_t p = 0; p < k.params.size(); ++p)
+      if (pl[p])
+        line(fmt::format("{}{}* __restrict__ p{} = A.p{};", p == 0 ? "" : "const ", storage_type(k.params[p].dtype), p, p));
+    for (int d = 0; d < (reduced_dims ? R : K); ++d) line(fmt::format("const int64_t d{} = A.a[{}];", d, d));
+    for (int s : all_slots) {
+      if ((s == 0 && !store) || (s != 0 && !loads)) continue;
+      size_t base = k.slot_base(s);
+      for (int d = 0; d < R; ++d) {
+        if (s == 0 && d >= K) continue;  // the store does not move along reduced dims
+        line(fmt::format("const int64_t s{}_{} = A.a[{}];", s, d, base + 1 + static_cast<size_t>(d)));
+      }
+    }
+  }
+  void close() {
+    indent = 1;
+    out += "}\n";
+  }
+
+  std::string total() const {
+    std::string t = "d0";
+    for (int d = 1; d < R; ++d) t += fmt::format(" * d{}", d);
+    return t;
+  }
+
+  // Elementwise, one element per thread and iteration.
+  void elementwise(const std::string& name) {
+    open(name, "", true, true);
+    line(fmt::format("const int64_t total = {};", total()));
+    line("for (int64_t i = ts::thread_index(); i < total; i += ts::grid_stride()) {");
+    ++indent;
+    for (int s : all_slots) line(fmt::format("int64_t o{} = A.a[{}];", s, k.slot_base(s)));
+    line("int64_t t = i;");
+    split("t", 0, R, all_slots);
+    stmts(k.body, lv, "v", [&](int slot) { return fmt::format("p{}[o{}]", k.load_params[static_cast<size_t>(slot)], slot + 1); });
+    line(fmt::format("p0[o0] = {};", store(fmt::format("v{}", k.value), vt)));
+    --indent;
+    line("}");
+    close();
+  }
+
+  // Elementwise, W consecutive elements of the innermost dim per thread and
+  // iteration, through vector loads and stores. Launched only when the launch
+  // rule (vector_launch_ok) holds: the innermost extent is a multiple of W,
+  // the store and every load walk it with stride 1 from a W-element-aligned
+  // address, or (a load) with stride 0.
+  void elementwise_vector(const std::string& name, unsigned W) {
+    open(name, "", true, true);
+    line(fmt::format("const int64_t total = ({}) / {};", total(), W));
+    line("for (int64_t i = ts::thread_index(); i < total; i += ts::grid_stride()) {");
+    ++indent;
+    for (int s : all_slots) line(fmt::format("int64_t o{} = A.a[{}];", s, k.slot_base(s)));
+    line(fmt::format("int64_t t = i * {};", W));
+    split("t", 0, R, all_slots);
+    for (int s : load_slots) {
+      int p = k.load_params[static_cast<size_t>(s - 1)];
+      line(fmt::format("{} l{}[{}];", storage_type(k.params[static_cast<size_t>(p)].dtype), s, W));
+      line(fmt::format("if (s{0}_{1} == 0) {{ for (int w = 0; w < {2}; ++w) l{0}[w] = p{3}[o{0}]; }} "
+                       "else {{ ts::load_vec(l{0}, p{3} + o{0}); }}",
+                       s, R - 1, W, p));
+    }
+    line(fmt::format("{} r[{}];", storage_type(k.params[0].dtype), W));
+    line(fmt::format("for (int w = 0; w < {}; ++w) {{", W));
+    ++indent;
+    stmts(k.body, lv, "v", [&](int slot) { return fmt::format("l{}[w]", slot + 1); });
+    line(fmt::format("r[w] = {};", store(fmt::format("v{}", k.value), vt)));
+    --indent;
+    line("}");
+    line("ts::store_vec(p0 + o0, r);");
+    --indent;
+    line("}");
+    close();
+  }
+
+  // Offsets of a row (an index over the kept dims) for the listed slots,
+  // into the declared <prefix><slot> variables.
+  void row_offsets(const std::string& var, const std::vector<int>& slots, const char* prefix) {
+    line(fmt::format("int64_t t = {};", var));
+    split("t", 0, K, slots, prefix);
+  }
+
+  // acc += the body over reduced elements j = first, first + step, ... < end
+  // of the row whose load offsets are r<slot>.
+  void accumulate(const std::string& first, const std::string& end, const std::string& step) {
+    line(fmt::format("for (int64_t j = {}; j < {}; j += {}) {{", first, end, step));
+    ++indent;
+    for (int s : load_slots) line(fmt::format("int64_t o{0} = r{0};", s));
+    if (!load_slots.empty()) {
+      line("int64_t u = j;");
+      split("u", K, R, load_slots);
+    }
+    stmts(k.body, lv, "v", [&](int slot) { return fmt::format("p{}[o{}]", k.load_params[static_cast<size_t>(slot)], slot + 1); });
+    line(comb("acc", cast(fmt::format("v{}", k.value), vt, at)));
+    --indent;
+    line("}");
+  }
+
+  // Combines the accumulators of a group's threads (warp shuffles, then one
+  // partial per warp in shared memory); `finish` then runs in the group's
+  // first warp, where lane 0 holds the total. `first` + warp indexes the
+  // group's entries in partial[] (a group is a block row). Every thread of
+  // the block reaches both barriers.
+  void block_combine(const std::string& first, const std::function<void()>& finish) {
+    line("for (int o = 16; o > 0; o >>= 1) {");
+    ++indent;
+    line(fmt::format("const {} other = __shfl_down_sync(0xffffffffu, acc, o);", AT));
+    line(comb("acc", "other"));
+    --indent;
+    line("}");
+    line(fmt::format("if (lane == 0) partial[{}warp] = acc;", first));
+    line("__syncthreads();");
+    line("if (warp == 0) {");
+    ++indent;
+    line(fmt::format("acc = lane < nwarps ? partial[{}lane] : {};", first, init));
+    line("for (int o = 16; o > 0; o >>= 1) {");
+    ++indent;
+    line(fmt::format("const {} other = __shfl_down_sync(0xffffffffu, acc, o);", AT));
+    line(comb("acc", "other"));
+    --indent;
+    line("}");
+    finish();
+    --indent;
+    line("}");
+    line("__syncthreads();  // partial[] is reused by the next iteration");
+  }
+
+  // The epilogue of row `row` (lane 0 of the finishing warp), stored at o0.
+  void epilogue_and_store() {
+    std::vector<bool> le = live(k.epilogue, k.result);
+    stmts(k.epilogue, le, "e", [](int) -> std::string { throw InternalError("emit_cuda: a load in an epilogue"); });
+    line(fmt::format("p0[o0] = {};", store(fmt::format("e{}", k.result), k.epilogue[static_cast<size_t>(k.result)].dtype)));
+  }
+
+  bool epilogue_counts() const {
+    std::vector<bool> le = live(k.epilogue, k.result);
+    for (size_t i = 0; i < k.epilogue.size(); ++i)
+      if (le[i] && k.epilogue[i].kind == StmtKind::Count) return true;
+    return false;
+  }
+
+  void reduce_locals(bool with_count) {
+    std::string rows = "d0", count = fmt::format("d{}", K);
+    for (int d = 1; d < K; ++d) rows += fmt::format(" * d{}", d);
+    for (int d = K + 1; d < R; ++d) count += fmt::format(" * d{}", d);
+    line(fmt::format("const int64_t rows = {};", rows));
+    if (with_count) line(fmt::format("const int64_t count = {};", count));
+    line(fmt::format("__shared__ {} partial[32];", AT));
+    line("const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;");
+  }
+
+  // One pass: blockDim.y rows per block, blockDim.x threads per row.
+  void reduce_single(const std::string& name) {
+    open(name, "", true, true);
+    reduce_locals(true);
+    line("for (int64_t first = (int64_t)blockIdx.x * blockDim.y; first < rows; first += (int64_t)gridDim.x * blockDim.y) {");
+    ++indent;
+    line("const int64_t row = first + threadIdx.y;");
+    line(fmt::format("{} acc = {};", AT, init));
+    line("int64_t o0 = A.a[" + std::to_string(k.slot_base(0)) + "];");
+    line("if (row < rows) {");
+    ++indent;
+    for (int s : load_slots) line(fmt::format("int64_t r{} = A.a[{}];", s, k.slot_base(s)));
+    std::vector<int> row_slots{0};
+    row_slots.insert(row_slots.end(), load_slots.begin(), load_slots.end());
+    // o0 and the r<slot> both move with the row: split once into both.
+    line("int64_t t = row;");
+    for (int d = K - 1; d >= 0; --d) {
+      line(fmt::format("{{  // kept dim {}", d));
+      ++indent;
+      if (d == 0) {
+        line("const int64_t x = t;");
+      } else {
+        line(fmt::format("const int64_t n = d{};", d));
+        line("int64_t x = t;");
+        line("if (n == 1) { x = 0; } else if (t < n) { t = 0; } else { x = t % n; t /= n; }");
+      }
+      line(fmt::format("o0 += x * s0_{};", d));
+      for (int s : load_slots) line(fmt::format("r{0} += x * s{0}_{1};", s, d));
+      --indent;
+      line("}");
+    }
+    accumulate("threadIdx.x", "count", "blockDim.x");
+    --indent;
+    line("}");
+    block_combine("threadIdx.y * nwarps + ", [&] {
+      line("if (lane == 0 && row < rows) {");
+      ++indent;
+      epilogue_and_store();
+      --indent;
+      line("}");
+    });
+    --indent;
+    line("}");
+    close();
+  }
+
+  // Split pass 1: block b (of rows * splits) reduces chunk b % splits of row
+  // b / splits -- a contiguous 1/splits of its elements, read coalesced --
+  // into partials[b]. One row per block.
+  void reduce_partial(const std::string& name) {
+    open(name, fmt::format(", {}* __restrict__ partials, const int64_t splits", AT), false, true);
+    reduce_locals(true);
+    line("for (int64_t b = blockIdx.x; b < rows * splits; b += gridDim.x) {");
+    ++indent;
+    line("const int64_t row = b / splits, chunk = b - row * splits;");
+    line(fmt::format("{} acc = {};", AT, init));
+    line("{");
+    ++indent;
+    for (int s : load_slots) line(fmt::format("int64_t r{} = A.a[{}];", s, k.slot_base(s)));
+    if (!load_slots.empty()) row_offsets("row", load_slots, "r");
+    line("const int64_t per = (count + splits - 1) / splits, end = per * (chunk + 1) < count ? per * (chunk + 1) : count;");
+    accumulate("per * chunk + threadIdx.x", "end", "blockDim.x");
+    --indent;
+    line("}");
+    block_combine("", [&] { line("if (lane == 0) partials[b] = acc;"); });
+    --indent;
+    line("}");
+    close();
+  }
+
+  // Split pass 2: block per row; its threads combine the row's `splits`
+  // partials in a fixed order, lane 0 runs the epilogue (a Mean divides by
+  // the full count) and stores.
+  void reduce_finish(const std::string& name) {
+    const bool counts = epilogue_counts();
+    open(name, fmt::format(", const {}* __restrict__ partials, const int64_t splits", AT), true, false, counts);
+    reduce_locals(counts);
+    line("for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {");
+    ++indent;
+    line(fmt::format("{} acc = {};", AT, init));
+    line("for (int64_t j = threadIdx.x; j < splits; j += blockDim.x) {");
+    ++indent;
+    line(comb("acc", "partials[row * splits + j]"));
+    --indent;
+    line("}");
+    block_combine("", [&] {
+      line("if (lane == 0) {");
+      ++indent;
+      line("int64_t o0 = A.a[" + std::to_string(k.slot_base(0)) + "];");
+      row_offsets("row", {0}, "o");
+      epilogue_and_store();
+      --indent;
+      line("}");
+    });
+    --indent;
+    line("}");
+    close();
+  }
+
   void emit(const std::string& name) {
-    const int R = k.rank;
-    const bool red = k.reduce != kir::ReduceKind::None;
-    const int K = red ? R - k.reduce_rank : R;  // kept dims (all, for elementwise)
-    const std::string args_type = name + "_args";
+    analyse(name);
     // The kernel IR's text as a comment: a dumped source says what it computes.
     out += "// tessel kernel\n";
     {
@@ -276,161 +580,38 @@ struct Writer {
     for (size_t p = 0; p < k.params.size(); ++p)
       out += fmt::format("  {}{}* p{};\n", p == 0 ? "" : "const ", storage_type(k.params[p].dtype), p);
     out += fmt::format("  int64_t a[{}];\n}};\n", k.num_args());
-    out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const {} A) {{\n", kBlockThreads, name,
-                       args_type);
-
-    std::vector<bool> lv = live(k.body, k.value);
-    std::vector<bool> ll = live_loads(lv);
-    std::vector<bool> pl(k.params.size(), false);  // params read
-    pl[0] = true;
-    for (size_t l = 0; l < ll.size(); ++l)
-      if (ll[l]) pl[static_cast<size_t>(k.load_params[l])] = true;
-    for (size_t p = 0; p < k.params.size(); ++p)
-      if (pl[p])
-        line(fmt::format("{}{}* __restrict__ p{} = A.p{};", p == 0 ? "" : "const ", storage_type(k.params[p].dtype), p, p));
-    for (int d = 0; d < R; ++d) line(fmt::format("const int64_t d{} = A.a[{}];", d, d));
-    // Slots: 0 the store, 1 + l load l; only live ones.
-    std::vector<int> all_slots{0}, load_slots;
-    for (size_t l = 0; l < ll.size(); ++l)
-      if (ll[l]) {
-        all_slots.push_back(static_cast<int>(l) + 1);
-        load_slots.push_back(static_cast<int>(l) + 1);
-      }
-    for (int s : all_slots) {
-      size_t base = k.slot_base(s);
-      for (int d = 0; d < R; ++d) {
-        if (s == 0 && d >= K) continue;  // the store does not move along reduced dims
-        line(fmt::format("const int64_t s{}_{} = A.a[{}];", s, d, base + 1 + static_cast<size_t>(d)));
-      }
-    }
-    auto index = [](int slot) { return fmt::format("o{}", slot + 1); };
-    const DType vt = k.body[static_cast<size_t>(k.value)].dtype;
-
     if (!red) {
-      std::string total = "d0";
-      for (int d = 1; d < R; ++d) total += fmt::format(" * d{}", d);
-      line(fmt::format("const int64_t total = {};", total));
-      line("for (int64_t i = ts::thread_index(); i < total; i += ts::grid_stride()) {");
-      ++indent;
-      for (int s : all_slots) line(fmt::format("int64_t o{} = A.a[{}];", s, k.slot_base(s)));
-      line("int64_t t = i;");
-      split("t", 0, R, all_slots);
-      stmts(k.body, lv, "v", index);
-      line(fmt::format("p0[o0] = {};", store(fmt::format("v{}", k.value), vt)));
-      --indent;
-      line("}");
-      out += "}\n";
-      return;
+      elementwise(name);
+      elementwise_vector(variant_name(name, Variant::vector), vector_width(k));
+    } else {
+      reduce_single(name);
+      reduce_partial(variant_name(name, Variant::partial));
+      reduce_finish(variant_name(name, Variant::finish));
     }
-
-    const DType at = k.acc_dtype;
-    const char* AT = value_type(at);
-    const bool f = at == DType::f64;
-    std::string init;
-    switch (k.reduce) {
-      case kir::ReduceKind::Max: init = f ? "(-ts::inf_f64())" : "(-9223372036854775807LL - 1)"; break;
-      case kir::ReduceKind::Min: init = f ? "ts::inf_f64()" : "9223372036854775807LL"; break;
-      default: init = f ? "0.0" : "0"; break;
-    }
-    // combine(acc, v): NaN-propagating max/min, as the ref interpreter.
-    std::string combine;
-    switch (k.reduce) {
-      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: combine = "{0} = {0} + {1};"; break;
-      case kir::ReduceKind::Max:
-        combine = f ? "{0} = ({0} != {0}) ? {0} : (({1} > {0} || {1} != {1}) ? {1} : {0});" : "{0} = {1} > {0} ? {1} : {0};";
-        break;
-      case kir::ReduceKind::Min:
-        combine = f ? "{0} = ({0} != {0}) ? {0} : (({1} < {0} || {1} != {1}) ? {1} : {0});" : "{0} = {1} < {0} ? {1} : {0};";
-        break;
-      default: throw InternalError("emit_cuda: unknown reduction");
-    }
-    auto comb = [&](const std::string& acc, const std::string& v) { return fmt::format(fmt::runtime(combine), acc, v); };
-
-    std::string rows = "d0", count = fmt::format("d{}", K);
-    for (int d = 1; d < K; ++d) rows += fmt::format(" * d{}", d);
-    for (int d = K + 1; d < R; ++d) count += fmt::format(" * d{}", d);
-    line(fmt::format("const int64_t rows = {};", rows));
-    line(fmt::format("const int64_t count = {};", count));
-    line(fmt::format("__shared__ {} partial[32];", AT));
-    line("const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;");
-    line("for (int64_t first = (int64_t)blockIdx.x * blockDim.y; first < rows; first += (int64_t)gridDim.x * blockDim.y) {");
-    ++indent;
-    line("const int64_t row = first + threadIdx.y;");
-    line(fmt::format("{} acc = {};", AT, init));
-    line("int64_t o0 = A.a[" + std::to_string(k.slot_base(0)) + "];");
-    line("if (row < rows) {");
-    ++indent;
-    for (int s : load_slots) line(fmt::format("int64_t r{} = A.a[{}];", s, k.slot_base(s)));
-    line("int64_t t = row;");
-    {
-      // Split the row over the kept dims into o0 and r<slot>.
-      for (int d = K - 1; d >= 0; --d) {
-        line(fmt::format("{{  // kept dim {}", d));
-        ++indent;
-        if (d == 0) {
-          line("const int64_t x = t;");
-        } else {
-          line(fmt::format("const int64_t n = d{};", d));
-          line("int64_t x = t;");
-          line("if (n == 1) { x = 0; } else if (t < n) { t = 0; } else { x = t % n; t /= n; }");
-        }
-        line(fmt::format("o0 += x * s0_{};", d));
-        for (int s : load_slots) line(fmt::format("r{0} += x * s{0}_{1};", s, d));
-        --indent;
-        line("}");
-      }
-    }
-    line("for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {");
-    ++indent;
-    for (int s : load_slots) line(fmt::format("int64_t o{0} = r{0};", s));
-    if (!load_slots.empty()) {
-      line("int64_t u = j;");
-      split("u", K, R, load_slots);
-    }
-    stmts(k.body, lv, "v", index);
-    line(comb("acc", cast(fmt::format("v{}", k.value), vt, at)));
-    --indent;
-    line("}");
-    --indent;
-    line("}");
-    // Warp, then block: lane 0 of each warp leaves a partial; the row's first warp combines them.
-    line("for (int o = 16; o > 0; o >>= 1) {");
-    ++indent;
-    line(fmt::format("const {} other = __shfl_down_sync(0xffffffffu, acc, o);", AT));
-    line(comb("acc", "other"));
-    --indent;
-    line("}");
-    line("if (lane == 0) partial[threadIdx.y * nwarps + warp] = acc;");
-    line("__syncthreads();");
-    line("if (warp == 0) {");
-    ++indent;
-    line(fmt::format("acc = lane < nwarps ? partial[threadIdx.y * nwarps + lane] : {};", init));
-    line("for (int o = 16; o > 0; o >>= 1) {");
-    ++indent;
-    line(fmt::format("const {} other = __shfl_down_sync(0xffffffffu, acc, o);", AT));
-    line(comb("acc", "other"));
-    --indent;
-    line("}");
-    line("if (lane == 0 && row < rows) {");
-    ++indent;
-    std::vector<bool> le = live(k.epilogue, k.result);
-    stmts(k.epilogue, le, "e", [](int) -> std::string { throw InternalError("emit_cuda: a load in an epilogue"); });
-    line(fmt::format("p0[o0] = {};", store(fmt::format("e{}", k.result), k.epilogue[static_cast<size_t>(k.result)].dtype)));
-    --indent;
-    line("}");
-    --indent;
-    line("}");
-    line("__syncthreads();  // partial[] is reused by the next rows");
-    --indent;
-    line("}");
-    out += "}\n";
   }
 };
 
 }  // namespace
 
+std::string variant_name(const std::string& name, Variant v) {
+  switch (v) {
+    case Variant::plain: return name;
+    case Variant::vector: return name + "_vec";
+    case Variant::partial: return name + "_part";
+    case Variant::finish: return name + "_fin";
+  }
+  return name;
+}
+
 std::string kernel_name(const kir::Kernel& k) {
   return "tessel_cu_" + make_key(k.text(), "cuda-emitter-1", "", "").to_hex();
+}
+
+unsigned vector_width(const kir::Kernel& k) {
+  if (k.reduce != kir::ReduceKind::None) return 1;
+  size_t widest = 1;
+  for (const kir::Param& p : k.params) widest = std::max(widest, dtype_size(p.dtype));
+  return static_cast<unsigned>(std::min<size_t>(4, 16 / widest));
 }
 
 std::string emit_cuda_body(const kir::Kernel& k, const std::string& name) {
@@ -458,16 +639,46 @@ unsigned pow2_at_least(int64_t n) {
 }
 }  // namespace
 
-LaunchShape launch_shape(const kir::Kernel& k, const std::vector<int64_t>& args, unsigned max_blocks) {
-  LaunchShape L;
-  max_blocks = std::max(max_blocks, 1u);
+bool vector_launch_ok(const kir::Kernel& k, const std::vector<int64_t>& args, const std::vector<const void*>& bufs) {
+  const unsigned W = vector_width(k);
   const int R = k.rank;
+  if (W < 2 || bufs.size() != k.params.size() || args.size() != k.num_args()) return false;
+  if (args[static_cast<size_t>(R - 1)] % W != 0) return false;
+  for (size_t slot = 0; slot <= k.load_params.size(); ++slot) {
+    const size_t p = slot == 0 ? 0 : static_cast<size_t>(k.load_params[slot - 1]);
+    const size_t base = k.slot_base(static_cast<int>(slot));
+    const int64_t inner = args[base + static_cast<size_t>(R)];
+    if (inner == 0 && slot > 0) continue;  // one value per row, loaded once per group
+    if (inner != 1) return false;
+    // Every group starts at a multiple of W along the innermost dim, so its
+    // first element is aligned when the slot's element 0 is and every outer
+    // step keeps it so.
+    const uint64_t bytes = uint64_t{W} * dtype_size(k.params[p].dtype);
+    const auto addr = reinterpret_cast<uintptr_t>(bufs[p]) + static_cast<uint64_t>(args[base]) * dtype_size(k.params[p].dtype);
+    if (addr % bytes != 0) return false;
+    for (int d = 0; d < R - 1; ++d)
+      if (args[static_cast<size_t>(d)] > 1 && args[base + 1 + static_cast<size_t>(d)] % W != 0) return false;
+  }
+  return true;
+}
+
+LaunchShape launch_shape(const kir::Kernel& k, const std::vector<int64_t>& args, const std::vector<const void*>& bufs,
+                         const LaunchLimits& limits) {
+  LaunchShape L;
+  const unsigned max_blocks = std::max(limits.max_blocks, 1u);
+  const int R = k.rank;
+  if (args.size() != k.num_args())
+    throw InternalError(fmt::format("launch_shape: {} arguments for a kernel of {}", args.size(), k.num_args()));
   if (k.reduce == kir::ReduceKind::None) {
     int64_t total = 1;
     for (int d = 0; d < R; ++d) total *= args[static_cast<size_t>(d)];
     if (total <= 0) {
       L.empty = true;
       return L;
+    }
+    if (limits.vectorize && vector_launch_ok(k, args, bufs)) {
+      L.vector = vector_width(k);
+      total /= L.vector;
     }
     L.block_x = kBlockThreads;
     L.grid = static_cast<unsigned>(std::min<int64_t>((total + kBlockThreads - 1) / kBlockThreads, max_blocks));
@@ -481,11 +692,31 @@ LaunchShape launch_shape(const kir::Kernel& k, const std::vector<int64_t>& args,
     L.empty = true;
     return L;
   }
+  // Few outputs and many elements each: split each output across blocks, as
+  // many as keep a block busy (split_min_elements), fit the grid beside the
+  // other outputs, and one finishing block can combine.
+  const int64_t per_block = std::max<int64_t>(limits.split_min_elements, 1);
+  const int64_t splits = std::min<int64_t>({(count + per_block - 1) / per_block, max_blocks / rows, kMaxSplits});
+  if (splits >= 2) {
+    L.splits = static_cast<unsigned>(splits);
+    L.block_x = kBlockThreads;
+    L.block_y = 1;
+    L.grid = static_cast<unsigned>(rows * splits);
+    L.partials = rows * splits;
+    L.finish_block = std::clamp(pow2_at_least(splits), 32u, kBlockThreads);
+    L.finish_grid = static_cast<unsigned>(std::min<int64_t>(rows, max_blocks));
+    return L;
+  }
   // Threads per output: enough for its elements, a whole number of warps.
   L.block_x = std::clamp(pow2_at_least(count), 32u, kBlockThreads);
   L.block_y = std::min(kBlockThreads / L.block_x, pow2_at_least(rows));
   L.grid = static_cast<unsigned>(std::min<int64_t>((rows + L.block_y - 1) / L.block_y, max_blocks));
   return L;
+}
+
+LaunchShape launch_shape(const kir::Kernel& k, const std::vector<int64_t>& args, unsigned max_blocks) {
+  return launch_shape(k, args, {},
+                      {.max_blocks = max_blocks, .split_min_elements = std::numeric_limits<int64_t>::max(), .vectorize = false});
 }
 
 std::vector<std::byte> pack_args(const kir::Kernel& k, const std::vector<const void*>& bufs,

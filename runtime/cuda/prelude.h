@@ -133,6 +133,26 @@ template <class T> TS_FN T gelu_tanh(T x) {
 }
 template <class T> TS_FN T softplus(T x) { return x > T(20) ? x : ts::log1p(ts::exp(x)); }
 
+// W consecutive elements in one access (ld/st.global.v4.f32, .v2.f64, ...):
+// the address must be aligned to W * sizeof(T), which the launch checks. The
+// host emulation defines TS_CHECK_ALIGNED to report a misaligned access (a
+// fault on a GPU).
+#ifndef TS_CHECK_ALIGNED
+#define TS_CHECK_ALIGNED(p, bytes)
+#endif
+template <class T, int W> struct __align__(sizeof(T) * W) vec { T v[W]; };
+template <int W, class T> TS_FN void load_vec(T (&dst)[W], const T* p) {
+  TS_CHECK_ALIGNED(p, sizeof(T) * W);
+  const vec<T, W> x = *reinterpret_cast<const vec<T, W>*>(p);
+  for (int w = 0; w < W; ++w) dst[w] = x.v[w];
+}
+template <int W, class T> TS_FN void store_vec(T* p, const T (&src)[W]) {
+  TS_CHECK_ALIGNED(p, sizeof(T) * W);
+  vec<T, W> x;
+  for (int w = 0; w < W; ++w) x.v[w] = src[w];
+  *reinterpret_cast<vec<T, W>*>(p) = x;
+}
+
 // Warp reductions over all 32 lanes: warp_sum leaves the total in lane 0,
 // warp_max / warp_min give it to every lane.
 template <class T> TS_FN T warp_sum(T v) {

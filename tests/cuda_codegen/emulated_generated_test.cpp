@@ -3,7 +3,10 @@
 // cuda_emulation.h, the host compiler builds it once (-O1, a shared object),
 // and every tree is realized through the CUDA backend's step loop with those
 // kernels -- on odd sizes (1, 31, 33, 1000003), broadcasts and
-// non-contiguous views -- and compared with the ref backend.
+// non-contiguous views -- and compared with the ref backend. Each run goes
+// through the launch rule the device uses, so both elementwise variants
+// (plain, vectorized) and both reduction paths (one pass, split across
+// blocks) run; a second pass forces splits down to two-element reductions.
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -29,14 +32,23 @@ uint64_t test_seed() {
 
 constexpr int kTrees = 240;
 const int64_t kSizes[] = {1, 31, 33, 1000003};
+// Inner extents the vectorized variant takes (multiples of 4) and one it must not.
+const int64_t kVectorSizes[] = {4, 1024, 1000004, 4098};
+// [rows, n] reductions along dim 1 (few long rows) and dim 0.
+const int64_t kRowShapes[][2] = {{1, 31}, {3, 33}, {2, 1000003}, {5, 4099}, {33, 2}};
 
-// Every case of the run: random trees, then fixed 1-D sizes.
+// Every case of the run: random trees, fixed 1-D sizes, vector-friendly sizes,
+// few-row reductions over non-contiguous views.
 Case make_case(uint64_t seed, int i) {
   if (i < kTrees) return TreeGen(seed, i).make(i % 4);
   int j = i - kTrees;
-  return TreeGen(seed, 5000 + j).make_sized(kSizes[j / 2], j % 2 == 1);
+  if (j < 8) return TreeGen(seed, 5000 + j).make_sized(kSizes[j / 2], j % 2 == 1);
+  j -= 8;
+  if (j < 8) return TreeGen(seed, 6000 + j).make_sized(kVectorSizes[j / 2], false);
+  j -= 8;
+  return TreeGen(seed, 7000 + j).make_rows(kRowShapes[j / 2][0], kRowShapes[j / 2][1], j % 2 == 0 ? 1 : 0);
 }
-constexpr int kCases = kTrees + 8;
+constexpr int kCases = kTrees + 8 + 8 + 10;
 
 std::vector<double> values(const NodePtr& n) {
   const BufferView& v = *n->buffer;
@@ -121,27 +133,57 @@ TEST_CASE("generated CUDA kernels of random trees run in the host emulation and 
   REQUIRE(so != nullptr);
   auto t1 = std::chrono::steady_clock::now();
 
-  // 3. Every case through the emulated kernels, against ref.
-  EmulatedExecutor emu;
-  emu.lookup = [&](const std::string& name) { return reinterpret_cast<EmuLaunchFn>(dlsym(so, ("emu_" + name).c_str())); };
-  int compared = 0;
-  for (int i = 0; i < kCases; ++i) {
-    Case want = make_case(seed, i), got = make_case(seed, i);
-    INFO("case " << i << ": " << got.what);
-    tessel::ref_backend().realize(want.roots, false);
-    tessel::cudagen::realize_steps(emu, got.roots, false);
-    REQUIRE(want.roots.size() == got.roots.size());
-    for (size_t r = 0; r < got.roots.size(); ++r) {
-      std::string diff = compare(got.roots[r], want.roots[r]);
-      if (!diff.empty()) FAIL_CHECK("root " << r << ": " << diff);
+  // 3. Every case through the emulated kernels, against ref: with the
+  // device's split threshold, then splitting every reduction that can be.
+  auto run_all = [&](EmulatedExecutor& emu) {
+    emu.lookup = [&](const std::string& name) { return dlsym(so, ("emu_" + name).c_str()); };
+    int compared = 0;
+    for (int i = 0; i < kCases; ++i) {
+      Case want = make_case(seed, i), got = make_case(seed, i);
+      INFO("case " << i << ": " << got.what);
+      tessel::ref_backend().realize(want.roots, false);
+      tessel::cudagen::realize_steps(emu, got.roots, false);
+      REQUIRE(want.roots.size() == got.roots.size());
+      for (size_t r = 0; r < got.roots.size(); ++r) {
+        std::string diff = compare(got.roots[r], want.roots[r]);
+        if (!diff.empty()) FAIL_CHECK("root " << r << ": " << diff);
+      }
+      ++compared;
     }
-    ++compared;
+    return compared;
+  };
+  EmulatedExecutor emu;
+  int compared = run_all(emu);
+  const int default_launches = emu.launches, default_vector = emu.vector_launches, default_split = emu.split_launches;
+  EmulatedExecutor forced;
+  forced.limits.split_min_elements = 1;
+  int compared_forced = run_all(forced);
+  // Deterministic: a split reduction gives the same bits on every run,
+  // whichever emulation worker runs which block first.
+  for (int i : {kTrees + 7, kTrees + 16 + 4}) {
+    Case a = make_case(seed, i), b = make_case(seed, i);
+    INFO("case " << i << ": " << a.what);
+    int before = emu.split_launches;
+    tessel::cudagen::realize_steps(emu, a.roots, false);
+    tessel::cudagen::realize_steps(emu, b.roots, false);
+    CHECK(emu.split_launches == before + 2);
+    std::vector<double> va = values(a.roots[0]), vb = values(b.roots[0]);
+    REQUIRE(va.size() == vb.size());
+    CHECK(std::memcmp(va.data(), vb.data(), va.size() * sizeof(double)) == 0);
   }
   auto t2 = std::chrono::steady_clock::now();
-  std::printf("emulated generated kernels: %d trees, %zu kernels, %d launches; host compile %.1f s, run %.1f s\n", compared,
-              collect.kernels.size(), emu.launches, std::chrono::duration<double>(t1 - t0).count(),
+  std::printf("emulated generated kernels: %d cases, %zu kernels; %d launches (%d vectorized, %d split), forced splits: "
+              "%d launches (%d split); host compile %.1f s, run %.1f s\n",
+              compared, collect.kernels.size(), default_launches, default_vector, default_split, forced.launches,
+              forced.split_launches, std::chrono::duration<double>(t1 - t0).count(),
               std::chrono::duration<double>(t2 - t1).count());
-  CHECK(compared >= 200);
+  CHECK(compared == kCases);
+  CHECK(compared_forced == kCases);
+  // Both variants of each kind ran (the 1000003 sums split even at the device threshold).
+  CHECK(default_vector >= 8);
+  CHECK(default_launches - default_vector - default_split >= 100);
+  CHECK(default_split >= 3);
+  CHECK(forced.split_launches >= 40);
   dlclose(so);
   fs::remove_all(dir);
 }

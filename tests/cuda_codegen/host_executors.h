@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -37,45 +38,84 @@ class CollectExecutor : public tessel::cudagen::Executor {
   }
 };
 
-/// The emulated launch entry point generated next to each kernel.
+/// The emulated launch entry points generated next to each kernel: the plain
+/// and vectorized kernels take the packed argument struct; the two passes of a
+/// split reduction also the partials buffer (accumulator dtype) and the split count.
 using EmuLaunchFn = void (*)(const void* packed, unsigned grid, unsigned block_x, unsigned block_y);
+using EmuSplitFn = void (*)(const void* packed, void* partials, int64_t splits, unsigned grid, unsigned block_x);
 
 /// The host source of a set of kernels: the emulation header, each kernel's
-/// exact CUDA source, and per kernel an extern "C" launcher
-/// `emu_<name>(packed args, grid, block_x, block_y)`.
+/// exact CUDA source, and per kernel extern "C" launchers
+/// `emu_<symbol>(packed args, grid, block_x, block_y)` for <name> and
+/// <name>_vec, `emu_<symbol>(packed, partials, splits, grid, block_x)` for
+/// <name>_part and <name>_fin.
 inline std::string emulation_source(const std::map<std::string, tessel::kir::Kernel>& kernels) {
+  using tessel::cudagen::Variant;
+  using tessel::cudagen::variant_name;
   std::string s = "#include \"cuda_emulation.h\"\n#include <cstring>\n";
   for (const auto& [text, k] : kernels) {
     tessel::cudagen::CudaSource src = tessel::cudagen::emit_cuda(k);
     s += src.source;
-    s += fmt::format(
-        "static_assert(sizeof({0}) == {1}, \"argument struct layout\");\n"
-        "extern \"C\" void emu_{2}(const void* packed, unsigned g, unsigned bx, unsigned by) {{\n"
-        "  {0} a;\n  std::memcpy(&a, packed, sizeof a);\n"
-        "  emu::launch({2}, dim3(g), dim3(bx, by), a);\n}}\n",
-        src.args_type, 8 * (src.num_bufs + src.num_args), src.name);
+    s += fmt::format("static_assert(sizeof({}) == {}, \"argument struct layout\");\n", src.args_type,
+                     8 * (src.num_bufs + src.num_args));
+    const bool red = k.reduce != tessel::kir::ReduceKind::None;
+    for (Variant v : red ? std::vector<Variant>{Variant::plain} : std::vector<Variant>{Variant::plain, Variant::vector})
+      s += fmt::format(
+          "extern \"C\" void emu_{1}(const void* packed, unsigned g, unsigned bx, unsigned by) {{\n"
+          "  {0} a;\n  std::memcpy(&a, packed, sizeof a);\n"
+          "  emu::launch({1}, dim3(g), dim3(bx, by), a);\n}}\n",
+          src.args_type, variant_name(src.name, v));
+    if (red) {
+      const char* acc = k.acc_dtype == tessel::DType::f64 ? "double" : "int64_t";
+      for (Variant v : {Variant::partial, Variant::finish})
+        s += fmt::format(
+            "extern \"C\" void emu_{1}(const void* packed, void* partials, int64_t splits, unsigned g, unsigned bx) {{\n"
+            "  {0} a;\n  std::memcpy(&a, packed, sizeof a);\n"
+            "  emu::launch({1}, dim3(g), dim3(bx), a, static_cast<{2}*>(partials), splits);\n}}\n",
+            src.args_type, variant_name(src.name, v), acc);
+    }
   }
   return s;
 }
 
-/// Launches kernels through the emulated launchers found by `lookup`.
+/// Launches kernels through the emulated launchers found by `lookup`, picking
+/// the variant (plain, vectorized, split in two passes) by the backend's launch rule.
 class EmulatedExecutor : public tessel::cudagen::Executor {
  public:
-  std::function<EmuLaunchFn(const std::string& name)> lookup;
-  unsigned max_blocks = 64;
+  std::function<void*(const std::string& symbol)> lookup;
+  tessel::cudagen::LaunchLimits limits{.max_blocks = 64};
   int launches = 0;
+  int vector_launches = 0;  // of them: the vectorized variant
+  int split_launches = 0;   // of them: reductions in two passes
 
   tessel::ir::BufferView alloc(tessel::DType t, const tessel::Shape& s) override { return host_alloc(t, s); }
   void launch(const tessel::lower::Lowered& l) override {
-    tessel::cudagen::LaunchShape shape = tessel::cudagen::launch_shape(l.kernel, l.args, max_blocks);
-    if (shape.empty) return;
-    EmuLaunchFn fn = lookup(tessel::cudagen::kernel_name(l.kernel));
-    if (!fn) throw std::runtime_error("no emulated kernel for\n" + l.kernel.text());
+    using tessel::cudagen::Variant;
     std::vector<const void*> bufs;
     for (const auto& v : l.buffers) bufs.push_back(v.storage->data());
+    tessel::cudagen::LaunchShape shape = tessel::cudagen::launch_shape(l.kernel, l.args, bufs, limits);
+    if (shape.empty) return;
+    const std::string name = tessel::cudagen::kernel_name(l.kernel);
+    auto find = [&](Variant v) {
+      void* fn = lookup(tessel::cudagen::variant_name(name, v));
+      if (!fn) throw std::runtime_error("no emulated kernel " + tessel::cudagen::variant_name(name, v) + " for\n" + l.kernel.text());
+      return fn;
+    };
     auto packed = tessel::cudagen::pack_args(l.kernel, bufs, l.args);
-    fn(packed.data(), shape.grid, shape.block_x, shape.block_y);
     ++launches;
+    if (shape.splits > 1) {
+      // Filled with garbage: the first pass must write every partial the second reads.
+      std::vector<int64_t> partials(static_cast<size_t>(shape.partials), int64_t{0x7ff4dead7ff4dead});
+      reinterpret_cast<EmuSplitFn>(find(Variant::partial))(packed.data(), partials.data(), shape.splits, shape.grid,
+                                                           shape.block_x);
+      reinterpret_cast<EmuSplitFn>(find(Variant::finish))(packed.data(), partials.data(), shape.splits,
+                                                          shape.finish_grid, shape.finish_block);
+      ++split_launches;
+      return;
+    }
+    Variant v = shape.vector > 1 ? Variant::vector : Variant::plain;
+    vector_launches += shape.vector > 1;
+    reinterpret_cast<EmuLaunchFn>(find(v))(packed.data(), shape.grid, shape.block_x, shape.block_y);
   }
   tessel::ir::BufferView host_eval(const tessel::ir::Node& n, const std::vector<tessel::ir::BufferView>& args) override {
     return tessel::cudagen::ref_eval(n, args);

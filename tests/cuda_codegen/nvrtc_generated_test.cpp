@@ -1,7 +1,9 @@
 // Every kernel the CUDA backend generates for a few hundred random expression
 // trees (elementwise, broadcast, non-contiguous leaves, reductions with their
 // prologue/epilogue, multi-root and backward graphs) compiles under NVRTC to
-// PTX for compute_80 and compute_90 and to CUBIN for sm_90 with an empty log.
+// PTX for compute_80 and compute_90 and to CUBIN for sm_90 with an empty log,
+// every variant with it: elementwise plain and vectorized, reductions in one
+// pass and split across blocks (both passes).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -64,6 +66,7 @@ TEST_CASE("generated CUDA kernels of random trees compile clean under NVRTC for 
   std::mutex mu;
   std::vector<std::string> failures;
   std::vector<double> ms;
+  int vector_f32 = 0;
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next++) < ks.size();) {
@@ -75,8 +78,24 @@ TEST_CASE("generated CUDA kernels of random trees compile clean under NVRTC for 
           if (!out.log.empty() && out.log.find_first_not_of(" \n\r\t") != std::string::npos)
             failures.push_back(fmt::format("{} ({}_{}): log not empty:\n{}\n{}", src.name, t.cubin ? "sm" : "compute",
                                            t.arch, out.log, src.source.substr(src.source.find("// tessel kernel"))));
-          if (t.cubin ? out.cubin.empty() : out.ptx.find(".entry " + src.name) == std::string::npos)
-            failures.push_back(src.name + ": no output for the kernel");
+          if (t.cubin) {
+            if (out.cubin.empty()) failures.push_back(src.name + ": no CUBIN");
+          } else {
+            // Every variant the launch may pick is in the module.
+            using tessel::cudagen::Variant;
+            const bool red = ks[i]->reduce != tessel::kir::ReduceKind::None;
+            for (Variant v : red ? std::vector<Variant>{Variant::plain, Variant::partial, Variant::finish}
+                                 : std::vector<Variant>{Variant::plain, Variant::vector})
+              if (out.ptx.find(".entry " + tessel::cudagen::variant_name(src.name, v) + "(") == std::string::npos)
+                failures.push_back(fmt::format("{}: no {} in the PTX", src.name, tessel::cudagen::variant_name(src.name, v)));
+            // The vectorized variant of an all-f32 kernel reads and writes 16 bytes at a time.
+            bool all_f32 = !red;
+            for (const tessel::kir::Param& p : ks[i]->params) all_f32 = all_f32 && p.dtype == tessel::DType::f32;
+            if (all_f32 && out.ptx.find("st.global.v4.f32") == std::string::npos &&
+                out.ptx.find("st.global.v4.b32") == std::string::npos && out.ptx.find("st.global.v4.u32") == std::string::npos)
+              failures.push_back(src.name + ": the vectorized variant stores no v4 vector");
+            if (all_f32) ++vector_f32;
+          }
           if (t.arch == 90 && !t.cubin) ms.push_back(out.compile_ms);
         } catch (const tessel::CompileError& e) {
           std::lock_guard<std::mutex> l(mu);
@@ -99,6 +118,7 @@ TEST_CASE("generated CUDA kernels of random trees compile clean under NVRTC for 
   other.join();
   for (size_t i = 0; i < std::min<size_t>(failures.size(), 3); ++i) UNSCOPED_INFO(failures[i]);
   CHECK(failures.empty());
+  CHECK(vector_f32 >= 10);
   std::sort(ms.begin(), ms.end());
   std::printf("nvrtc generated kernels: %zu kernels (%d reductions) x 3 targets; median PTX compile %.1f ms (compute_90, 2 threads)\n",
               ks.size(), reductions, ms.empty() ? 0.0 : ms[ms.size() / 2]);

@@ -6,6 +6,8 @@
 // build one copy for the ref backend and one for the backend under test.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -89,6 +91,22 @@ class TreeGen {
         break;
       }
     }
+    return c;
+  }
+
+  /// A [rows, n] case reduced along dim `axis` (1: few long rows, the shape
+  /// a reduction split across blocks serves), over leaves of any layout
+  /// (transposed, stepped windows, permute/slice nodes).
+  Case make_rows(int64_t rows, int64_t n, int axis) {
+    Case c;
+    out_ = Shape({rows, n});
+    DType t = pick<DType>({DType::f32, DType::f64, DType::i64});
+    NodePtr x = expr(t, 2);
+    std::vector<Op> ops{Op::Sum, Op::Max, Op::Min};
+    if (tessel::is_floating(t)) ops.push_back(Op::Mean);
+    Op op = pick(ops);
+    c.roots.push_back(tessel::ir::reduce(op, x, {axis}, coin(0.5)));
+    c.what = fmt::format("reduce {} {} [{}, {}] axis {}", tessel::ir::op_name(op), tessel::dtype_name(t), rows, n, axis);
     return c;
   }
 

@@ -97,6 +97,8 @@ inline constexpr int warpSize = 32;
 #define __shared__ static thread_local
 // The prelude's spelling of `extern __shared__ T name[]`.
 #define TS_DYNAMIC_SHARED(T, name) T* name = ::emu::detail::dynamic_shared<T>()
+// The prelude's vector loads/stores: a misaligned one faults on a GPU.
+#define TS_CHECK_ALIGNED(p, bytes) ::emu::detail::check_aligned(p, bytes)
 
 namespace emu {
 
@@ -518,6 +520,13 @@ template <class T>
 T* dynamic_shared() {
   Runner& r = runner("dynamic shared memory");
   return reinterpret_cast<T*>(r.dyn_shared);
+}
+
+inline void check_aligned(const volatile void* p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (a % bytes != 0)
+    throw EmulationError("emu: a " + std::to_string(bytes) + "-byte vector access at an address " +
+                         std::to_string(a % bytes) + " bytes past alignment (misaligned address on a GPU)");
 }
 
 inline unsigned default_workers() {

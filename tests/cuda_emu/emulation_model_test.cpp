@@ -85,6 +85,14 @@ extern "C" __global__ void shuffle_after_exit(float* out) {
 
 extern "C" __global__ void shuffle_in_partial_warp(float* out) { out[threadIdx.x] = ts::warp_sum(1.0f); }
 
+// The prelude's vector access: 4 floats per thread from `in + offset`, reversed.
+extern "C" __global__ void reverse_quads(const float* in, float* out, int offset) {
+  float q[4], r[4];
+  ts::load_vec(q, in + offset + 4 * threadIdx.x);
+  for (int w = 0; w < 4; ++w) r[w] = q[3 - w];
+  ts::store_vec(out + 4 * threadIdx.x, r);
+}
+
 TEST_CASE("every thread of a 3-D grid of 3-D blocks runs once with its own indices", "[emulated-cuda]") {
   const dim3 grid(3, 2, 2), block(4, 2, 8);
   const unsigned total = 12 * 64;
@@ -194,6 +202,15 @@ TEST_CASE("shuffle misuse is reported", "[emulated-cuda]") {
                     Catch::Contains("names lanes {8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,"
                                     "28,29,30,31} that do not exist in warp 1"));
   CHECK_THROWS_WITH(__syncthreads(), Catch::Contains("outside an emulated kernel"));
+}
+
+TEST_CASE("vector loads and stores move aligned groups; a misaligned one is reported", "[emulated-cuda]") {
+  alignas(16) float in[36], out[32];
+  std::iota(in, in + 36, 0.0f);
+  emu::launch(reverse_quads, dim3(1), dim3(8), in, out, 4);
+  for (int i = 0; i < 32; ++i) REQUIRE(out[i] == static_cast<float>(4 + 4 * (i / 4) + 3 - i % 4));
+  CHECK_THROWS_WITH(emu::launch(reverse_quads, dim3(1), dim3(8), in, out, 1),
+                    Catch::Contains("a 16-byte vector access at an address 4 bytes past alignment"));
 }
 
 TEST_CASE("launch configurations a GPU rejects are rejected", "[emulated-cuda]") {
