@@ -27,6 +27,7 @@
 #include <set>
 #include <sstream>
 
+#include "bench/compile_pass.h"
 #include "bench/hand.h"
 #include "bench/harness.h"
 #include "bench/torch_peer.h"
@@ -275,71 +276,7 @@ void train_step(const Config& cfg) {
 
 // ------------------------------------------------------- compile latency
 
-// Distinct fused kernels: each tree differs in structure, so each needs its own compile.
-std::vector<std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>> compile_trees() {
-  using T = const Tensor&;
-  return {
-      [](T a, T b, T c) { return Tensor(relu(a * b + c) * a); },
-      [](T a, T b, T c) { return Tensor(a + b); },
-      [](T a, T b, T c) { return Tensor(a.exp() - b * c); },
-      [](T a, T b, T c) { return Tensor(Tensor(a * b).tanh() + c); },
-      [](T a, T b, T c) { return Tensor(a.sigmoid() * b - c); },
-      [](T a, T b, T c) { return Tensor((a - b) * (a - b) + c.abs()); },
-      [](T a, T b, T c) { return Tensor(a * b + c).sum({1}); },
-      [](T a, T b, T c) { return softmax(a + b, 1); },
-      [](T a, T b, T c) { return log_softmax(a * c, 1); },
-      [](T a, T b, T c) { return Tensor((a - b) * (a - b)).mean({1}); },
-      [](T a, T b, T c) { return Tensor(a * b).max(1); },
-      [](T a, T b, T c) { return Tensor(Tensor(a + 1.0).log() * b.sqrt() + c); },
-  };
-}
-
-struct CompileRun {
-  std::vector<double> per_kernel_ms;  // cold realization minus a warm one, per new kernel
-  std::vector<double> llvm_ms;        // LLVM's own time per compiled kernel (from the backend's counters)
-  uint64_t compiled = 0, from_disk = 0, kernels = 0;
-  double startup_ms = 0;
-};
-
-CompileRun compile_pass() {
-  CompileRun run;
-  Tensor a, b, c;
-  {  // inputs from the interpreter, so the JIT has compiled nothing before the timings
-    BackendOverride r(ref_backend());
-    manual_seed(7);
-    a = realized_rand({64, 33}), b = realized_rand({64, 33}), c = realized_rand({64, 33});
-  }
-  BackendOverride o(*jit_backend());
-  {  // the first kernel of a process also starts the JIT: counted apart
-    double t0 = bench::now_ms();
-    Tensor w = a * 3.0 - b;
-    w.eval();
-    run.startup_ms = bench::now_ms() - t0;
-  }
-  for (auto& tree : compile_trees()) {
-    auto s0 = cpu_jit_stats();
-    double t0 = bench::now_ms();
-    tree(a, b, c).eval();
-    double cold = bench::now_ms() - t0;
-    auto s1 = cpu_jit_stats();
-    std::vector<double> warm;
-    for (int i = 0; i < 7; ++i) {
-      double t = bench::now_ms();
-      tree(a, b, c).eval();
-      warm.push_back(bench::now_ms() - t);
-    }
-    uint64_t compiled = s1.kernels_compiled - s0.kernels_compiled;
-    uint64_t disk = s1.kernels_from_disk - s0.kernels_from_disk;
-    uint64_t fresh = compiled + disk;
-    run.compiled += compiled;
-    run.from_disk += disk;
-    run.kernels += fresh;
-    if (fresh == 0) continue;
-    run.per_kernel_ms.push_back((cold - bench::median(warm)) / static_cast<double>(fresh));
-    if (compiled) run.llvm_ms.push_back((s1.compile_ms - s0.compile_ms) / static_cast<double>(compiled));
-  }
-  return run;
-}
+using bench::compile_pass;
 
 // The disk hit needs a process whose memory cache is empty: this program again.
 int compile_child() {

@@ -202,6 +202,20 @@ struct ModulePair {
   std::unique_ptr<llvm::Module> module;
 };
 
+void accumulate(OrcJitStats& into, const OrcJitStats& d) {
+  into.objects_linked += d.objects_linked;
+  into.compiles += d.compiles;
+  into.compile_ms_total += d.compile_ms_total;
+  into.emit_ms_total += d.emit_ms_total;
+  into.target_machine_ms_total += d.target_machine_ms_total;
+  into.optimize_ms_total += d.optimize_ms_total;
+  into.codegen_ms_total += d.codegen_ms_total;
+  into.link_ms_total += d.link_ms_total;
+}
+
+std::mutex g_process_stats_mu;
+OrcJitStats g_process_stats;  // every OrcJit of the process
+
 }  // namespace
 
 std::string llvm_version() { return "LLVM " LLVM_VERSION_STRING; }
@@ -229,12 +243,19 @@ struct OrcJit::Impl {
   std::string target;
   CompileOnce<Loaded> loaded;
   std::atomic<std::uint64_t> dylib_counter{0};
-  std::atomic<std::uint64_t> objects_linked{0};
-  std::atomic<std::uint64_t> compiles{0};
   std::mutex stats_mu;
-  double compile_ms_total = 0;
+  OrcJitStats totals;
 
-  std::vector<char> compile_object(llvm::Module& m);
+  void add_stats(const OrcJitStats& delta) {
+    {
+      std::lock_guard lock(stats_mu);
+      accumulate(totals, delta);
+    }
+    std::lock_guard lock(g_process_stats_mu);
+    accumulate(g_process_stats, delta);
+  }
+  // `phases`, if given, gets the target machine, optimize and codegen times.
+  std::vector<char> compile_object(llvm::Module& m, OrcJitStats* phases = nullptr);
   JitKernel obtain(const KernelKey& key, std::string_view symbol,
                    const std::function<ModulePair()>& produce);
 };
@@ -323,22 +344,26 @@ VectorMath OrcJit::vector_math() const { return impl_->vecmath; }
 KernelCache& OrcJit::cache() const { return *impl_->cache; }
 
 OrcJitStats OrcJit::stats() const {
-  OrcJitStats s;
-  s.objects_linked = impl_->objects_linked.load();
-  s.compiles = impl_->compiles.load();
   std::lock_guard lock(impl_->stats_mu);
-  s.compile_ms_total = impl_->compile_ms_total;
-  return s;
+  return impl_->totals;
+}
+
+OrcJitStats OrcJit::process_stats() {
+  std::lock_guard lock(g_process_stats_mu);
+  return g_process_stats;
 }
 
 std::vector<char> OrcJit::compile_object(llvm::Module& module) {
   return impl_->compile_object(module);
 }
 
-std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m) {
+std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m, OrcJitStats* phases) {
+  auto t0 = Clock::now();
   // One TargetMachine per compile: they are not safe to share between threads.
   std::unique_ptr<llvm::TargetMachine> tm =
       take(jtmb->createTargetMachine(), "creating the target machine");
+  if (phases) phases->target_machine_ms_total = ms_since(t0);
+  t0 = Clock::now();
   m.setDataLayout(tm->createDataLayout());
   m.setTargetTriple(tm->getTargetTriple().str());
 
@@ -421,6 +446,8 @@ std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m) {
     }
     mpm.run(m, mam);
   }
+  if (phases) phases->optimize_ms_total = ms_since(t0);
+  t0 = Clock::now();
 
   // Code generation still runs on the legacy pass manager in LLVM 15.
   llvm::SmallVector<char, 0> buffer;
@@ -432,6 +459,7 @@ std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m) {
       throw CompileError("CPU JIT: the target cannot emit object files");
     cg.run(m);
   }
+  if (phases) phases->codegen_ms_total = ms_since(t0);
   return std::vector<char>(buffer.begin(), buffer.end());
 }
 
@@ -444,15 +472,18 @@ JitKernel OrcJit::Impl::obtain(const KernelKey& key, std::string_view symbol,
         Loaded out;
         out.symbol = std::string(symbol);
         CacheOrigin origin = CacheOrigin::memory;
+        OrcJitStats delta;
         KernelCache::BytesPtr object = cache->get_or_compile(
             key,
             [&] {
+              auto t0 = Clock::now();
               ModulePair mp = produce();
               if (!mp.module)
                 throw CompileError(fmt::format("CPU JIT: no module was built for kernel {}",
                                                key.to_hex()));
-              auto t0 = Clock::now();
-              std::vector<char> bytes = compile_object(*mp.module);
+              delta.emit_ms_total = ms_since(t0);
+              t0 = Clock::now();
+              std::vector<char> bytes = compile_object(*mp.module, &delta);
               out.compile_ms = ms_since(t0);
               mp.module.reset();  // before its context
               return bytes;
@@ -460,9 +491,8 @@ JitKernel OrcJit::Impl::obtain(const KernelKey& key, std::string_view symbol,
             &origin);
         out.origin = origin;
         if (origin == CacheOrigin::compiled) {
-          compiles.fetch_add(1, std::memory_order_relaxed);
-          std::lock_guard lock(stats_mu);
-          compile_ms_total += out.compile_ms;
+          delta.compiles = 1;
+          delta.compile_ms_total = out.compile_ms;
         }
 
         // Each kernel gets its own JITDylib, so kernels may reuse symbol names.
@@ -476,13 +506,15 @@ JitKernel OrcJit::Impl::obtain(const KernelKey& key, std::string_view symbol,
                                          llvm::StringRef(object->data(), object->size()),
                                          "tessel_" + hex + ".o")),
               fmt::format("adding the object of kernel {}", hex));
-        objects_linked.fetch_add(1, std::memory_order_relaxed);
         llvm::orc::ExecutorAddr addr =
             take(jit->lookup(jd, out.symbol),
                  fmt::format("looking up '{}' in kernel {}", out.symbol, hex));
         out.dylib = &jd;
         out.address = addr.toPtr<void*>();
         out.load_ms = ms_since(t1);
+        delta.objects_linked = 1;
+        delta.link_ms_total = out.load_ms;
+        add_stats(delta);
         if (detail::trace_enabled("jit"))
           detail::trace_line(
               "jit", fmt::format("kernel {} '{}': {}{} linked in {:.3f} ms", hex, out.symbol,

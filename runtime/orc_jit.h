@@ -85,7 +85,13 @@ struct JitKernel {
 struct OrcJitStats {
   std::uint64_t objects_linked = 0;  ///< objects added to the JIT
   std::uint64_t compiles = 0;        ///< modules optimized and compiled by this JIT
-  double compile_ms_total = 0;
+  double compile_ms_total = 0;       ///< target machine + optimize + codegen of those compiles
+  // Where compile time goes, summed over the compiles (ms):
+  double emit_ms_total = 0;            ///< building the modules (the ModuleBuilder callbacks)
+  double target_machine_ms_total = 0;  ///< creating target machines
+  double optimize_ms_total = 0;        ///< verifier and optimization pipeline
+  double codegen_ms_total = 0;         ///< instruction selection to the object file
+  double link_ms_total = 0;            ///< adding objects to the JIT, linking and symbol lookup (all links)
 };
 
 /// LLVM ORC LLJIT for the host CPU: O3 with loop and SLP vectorization for the
@@ -132,6 +138,9 @@ class OrcJit {
   VectorMath vector_math() const;
   KernelCache& cache() const;
   OrcJitStats stats() const;
+  /// The same, summed over every OrcJit of this process (the CPU backend's own
+  /// JIT included), for benchmarks.
+  static OrcJitStats process_stats();
 
  private:
   struct Impl;

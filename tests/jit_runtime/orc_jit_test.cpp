@@ -425,10 +425,12 @@ TEST_CASE("timing: ORC compile and disk-cache hit of a small fused kernel", "[ji
   TempDir d;
   const int kernels = 15;
   std::vector<double> compile_ms, compile_total_ms, hit_ms, hit_load_ms;
+  tessel::OrcJitStats before, after;
   {
     OrcJit jit(options_in(d));
     // One warm-up so one-time LLVM initialization is not counted.
     jit.get_or_compile(jit.make_key("warm-up"), "fused", [](auto& ctx) { return fused_module(ctx); });
+    before = jit.stats();
     for (int i = 0; i < kernels; ++i) {
       auto t0 = std::chrono::steady_clock::now();
       JitKernel k = jit.get_or_compile(jit.make_key("fused #" + std::to_string(i)), "fused",
@@ -437,7 +439,17 @@ TEST_CASE("timing: ORC compile and disk-cache hit of a small fused kernel", "[ji
       compile_ms.push_back(k.compile_ms);
       REQUIRE(k.origin == CacheOrigin::compiled);
     }
+    after = jit.stats();
   }
+  REQUIRE(after.compiles - before.compiles == kernels);
+  auto per_kernel = [&](double tessel::OrcJitStats::*f) { return (after.*f - before.*f) / kernels; };
+  // The phases are parts of the compile time.
+  CHECK(per_kernel(&tessel::OrcJitStats::optimize_ms_total) > 0);
+  CHECK(per_kernel(&tessel::OrcJitStats::codegen_ms_total) > 0);
+  CHECK(per_kernel(&tessel::OrcJitStats::target_machine_ms_total) +
+            per_kernel(&tessel::OrcJitStats::optimize_ms_total) +
+            per_kernel(&tessel::OrcJitStats::codegen_ms_total) <=
+        per_kernel(&tessel::OrcJitStats::compile_ms_total) * 1.0001);
   {
     OrcJit jit(options_in(d));
     jit.get_or_compile(jit.make_key("warm-up"), "fused", [](auto& ctx) { return fused_module(ctx); });
@@ -456,6 +468,12 @@ TEST_CASE("timing: ORC compile and disk-cache hit of a small fused kernel", "[ji
       "whole miss (build IR + compile + cache write + link) median %.2f ms; disk-cache hit "
       "median %.3f ms (link %.3f ms)\n",
       kernels, median(compile_ms), median(compile_total_ms), median(hit_ms), median(hit_load_ms));
+  std::printf(
+      "  mean per compiled kernel: build IR %.3f ms, target machine %.3f ms, optimize %.2f ms, codegen %.2f ms, "
+      "link %.3f ms\n",
+      per_kernel(&tessel::OrcJitStats::emit_ms_total), per_kernel(&tessel::OrcJitStats::target_machine_ms_total),
+      per_kernel(&tessel::OrcJitStats::optimize_ms_total), per_kernel(&tessel::OrcJitStats::codegen_ms_total),
+      per_kernel(&tessel::OrcJitStats::link_ms_total));
 }
 
 #else  // !TESSEL_HAS_LLVM
