@@ -2,8 +2,6 @@
 // Deliberately plain -- it is the oracle compiled backends are tested
 // against -- but not slow: loops run over merged contiguous rows and matmul
 // goes through OpenBLAS.
-#include <cblas.h>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +9,7 @@
 #include <unordered_map>
 
 #include "codegen/backend.h"
+#include "codegen/blas/gemm.h"
 #include "codegen/ref/strided_loop.h"
 #include "runtime/errors.h"
 
@@ -387,22 +386,10 @@ class Interpreter {
     throw InternalError("ref interpreter: unknown movement op");
   }
 
-  // One matrix operand as BLAS wants it: row-major with a leading dimension,
-  // transposed when its columns are the contiguous axis.
-  struct Mat {
-    BufferView v;
-    bool trans = false;
-    int64_t ld = 0;
-  };
-  static Mat as_blas(DType dt, const Shape& s, const BufferView& in) {
-    size_t r = s.dims.size();
-    int64_t rows = s.dims[r - 2], cols = s.dims[r - 1];
-    int64_t sr = in.strides[r - 2], sc = in.strides[r - 1];
-    bool batch_ok = true;  // batch strides are handled per matrix; only the 2-D layout matters
-    if (batch_ok && (sc == 1 || cols == 1) && sr >= std::max<int64_t>(cols, 1)) return {in, false, std::max<int64_t>(sr, 1)};
-    if (batch_ok && (sr == 1 || rows == 1) && sc >= std::max<int64_t>(rows, 1)) return {in, true, std::max<int64_t>(sc, 1)};
-    BufferView d = copy_dense(dt, s, in);
-    return {d, false, std::max<int64_t>(cols, 1)};
+  // A matrix operand in BLAS form, densified when neither axis is contiguous.
+  static gemm::Operand as_blas(DType dt, const Shape& s, const BufferView& in) {
+    if (auto op = gemm::operand(s, in)) return *op;
+    return {copy_dense(dt, s, in), false, std::max<int64_t>(s.dims.back(), 1)};
   }
 
   static BufferView matmul(const Node& n, const BufferView& a, const BufferView& b) {
@@ -414,63 +401,21 @@ class Interpreter {
     Shape batch(std::vector<int64_t>(n.shape.dims.begin(), n.shape.dims.end() - 2));
     Strides bsa(a.strides.begin(), a.strides.end() - 2), bsb(b.strides.begin(), b.strides.end() - 2);
     Strides bso(out.strides.begin(), out.strides.end() - 2);
-    Mat ma = as_blas(n.dtype, sa, a), mb = as_blas(n.dtype, sb, b);
+    gemm::Operand ma = as_blas(n.dtype, sa, a), mb = as_blas(n.dtype, sb, b);
     if (ma.v.storage != a.storage) bsa = Strides(ma.v.strides.begin(), ma.v.strides.end() - 2);
     if (mb.v.storage != b.storage) bsb = Strides(mb.v.strides.begin(), mb.v.strides.end() - 2);
     if (M == 0 || N == 0) return out;
+    const size_t es = dtype_size(n.dtype);
     StridedLoop<3> loop(batch, {&bso, &bsa, &bsb});
-    dispatch(n.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      loop.run([&](auto off, auto st, int64_t len) {
-        for (int64_t k = 0; k < len; ++k) {
-          T* C = out.ptr<T>() + off[0] + k * st[0];
-          const T* A = ma.v.ptr<T>() + off[1] + k * st[1];
-          const T* B = mb.v.ptr<T>() + off[2] + k * st[2];
-          gemm<T>(ma, mb, A, B, C, M, N, K);
-        }
-      });
+    loop.run([&](auto off, auto st, int64_t len) {
+      for (int64_t k = 0; k < len; ++k) {
+        auto* C = static_cast<std::byte*>(out.storage->data()) + (out.offset + off[0] + k * st[0]) * static_cast<int64_t>(es);
+        const auto* A = static_cast<const std::byte*>(ma.v.storage->data()) + (ma.v.offset + off[1] + k * st[1]) * static_cast<int64_t>(es);
+        const auto* B = static_cast<const std::byte*>(mb.v.storage->data()) + (mb.v.offset + off[2] + k * st[2]) * static_cast<int64_t>(es);
+        gemm::rows(n.dtype, ma, mb, A, B, C, M, N, K, 0, M);
+      }
     });
     return out;
-  }
-
-  template <class T>
-  static void gemm(const Mat& ma, const Mat& mb, const T* A, const T* B, T* C, int64_t M, int64_t N, int64_t K) {
-    if (K == 0) {
-      std::fill(C, C + M * N, T(0));
-      return;
-    }
-    auto ta = ma.trans ? CblasTrans : CblasNoTrans, tb = mb.trans ? CblasTrans : CblasNoTrans;
-    // Small products run in the plain loop below: OpenBLAS hands even tiny
-    // GEMMs to its thread pool, whose spinning workers then steal the cores
-    // from everything else (a test full of 3x4 products ran 50x slower on a
-    // busy two-core machine).
-    constexpr int64_t kBlasMinWork = 64 * 64 * 64;
-    bool blas = M * N * K >= kBlasMinWork;
-    if constexpr (std::is_same_v<T, float>) {
-      if (!blas) return loop_gemm<T, double>(ma, mb, A, B, C, M, N, K);
-      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f, A,
-                  static_cast<int>(ma.ld), B, static_cast<int>(mb.ld), 0.0f, C, static_cast<int>(N));
-    } else if constexpr (std::is_same_v<T, double>) {
-      if (!blas) return loop_gemm<T, double>(ma, mb, A, B, C, M, N, K);
-      cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0, A,
-                  static_cast<int>(ma.ld), B, static_cast<int>(mb.ld), 0.0, C, static_cast<int>(N));
-    } else {
-      loop_gemm<T, int64_t>(ma, mb, A, B, C, M, N, K);
-    }
-  }
-
-  template <class T, class Acc>
-  static void loop_gemm(const Mat& ma, const Mat& mb, const T* A, const T* B, T* C, int64_t M, int64_t N, int64_t K) {
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        Acc acc = 0;
-        for (int64_t p = 0; p < K; ++p) {
-          T x = ma.trans ? A[p * ma.ld + i] : A[i * ma.ld + p];
-          T y = mb.trans ? B[j * mb.ld + p] : B[p * mb.ld + j];
-          acc += static_cast<Acc>(x) * static_cast<Acc>(y);
-        }
-        C[i * N + j] = static_cast<T>(acc);
-      }
   }
 };
 
