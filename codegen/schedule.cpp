@@ -28,7 +28,13 @@ std::string_view step_name(StepKind k) {
 
 int Schedule::kernels() const {
   int n = 0;
-  for (const Step& s : steps) n += s.kind == StepKind::Kernel || s.kind == StepKind::Reduce;
+  for (const Step& s : steps) n += s.kind == StepKind::Kernel || s.kind == StepKind::Reduce || s.epilogue;
+  return n;
+}
+
+int Schedule::matmuls() const {
+  int n = 0;
+  for (const Step& s : steps) n += s.kind == StepKind::MatMul;
   return n;
 }
 
@@ -38,6 +44,9 @@ std::string Schedule::to_string() const {
     const Step& st = steps[i];
     s += fmt::format("step {} {} {}.{}{} -- {}\n", i, step_name(st.kind), ir::op_name(st.node->op),
                      dtype_name(st.node->dtype), st.node->shape.str(), st.reason);
+    if (st.epilogue)
+      s += fmt::format("  + epilogue {}.{}{} -- {}\n", ir::op_name(st.epilogue->op), dtype_name(st.epilogue->dtype),
+                       st.epilogue->shape.str(), "matmul epilogue");
   }
   return s;
 }
@@ -81,6 +90,63 @@ bool reduce_supports(const Node& n) {
   if (n.op == Op::Mean && !is_floating(t)) return false;
   return !half(n.dtype);
 }
+
+namespace {
+
+// The 2-D matmul an elementwise kernel step reads element for element (through
+// elementwise ops only, so with the identity index), if it is the only reader
+// of that product; else null.
+Node* epilogue_source(const Schedule& S, Node* e, const std::unordered_map<Node*, int>& uses,
+                      const std::vector<ir::NodePtr>& roots) {
+  auto fits = [&](Node* m) {
+    if (ir::op_category(m->op) != Category::Contraction || m->realized()) return false;
+    if (m->shape != e->shape || m->shape.dims.size() != 2 || !(m->dtype == DType::f32 || m->dtype == DType::f64))
+      return false;
+    auto u = uses.find(m);
+    if (u == uses.end() || u->second != 1) return false;
+    for (auto& r : roots)
+      if (r.get() == m) return false;
+    return true;
+  };
+  std::vector<Node*> stack{e};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& a : n->args) {
+      Node* x = a.get();
+      if (x->realized()) continue;
+      if (S.materialized.count(x)) {
+        if (fits(x)) return x;
+        continue;
+      }
+      if (ir::is_elementwise(x->op)) stack.push_back(x);
+    }
+  }
+  return nullptr;
+}
+
+void fuse_matmul_epilogues(Schedule& S, const std::vector<ir::NodePtr>& roots, const std::unordered_map<Node*, int>& uses) {
+  std::unordered_map<Node*, size_t> step_of;
+  for (size_t i = 0; i < S.steps.size(); ++i) step_of[S.steps[i].node] = i;
+  std::vector<bool> drop(S.steps.size(), false);
+  for (Step& st : S.steps) {
+    if (st.kind != StepKind::Kernel || st.node->shape.dims.size() != 2) continue;
+    Node* m = epilogue_source(S, st.node, uses, roots);
+    if (!m) continue;
+    auto it = step_of.find(m);
+    if (it == step_of.end() || drop[it->second] || S.steps[it->second].epilogue) continue;
+    // The product moves to its reader's place: nothing in between reads it.
+    drop[it->second] = true;
+    st = Step{StepKind::MatMul, m, S.steps[it->second].reason, st.node};
+  }
+  std::vector<Step> kept;
+  kept.reserve(S.steps.size());
+  for (size_t i = 0; i < S.steps.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(S.steps[i]));
+  S.steps = std::move(kept);
+}
+
+}  // namespace
 
 bool fusion_enabled_by_env() {
   static const bool on = [] {
@@ -173,6 +239,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     }
     S.steps.push_back({k, n, it->second});
   }
+  if (opts.fuse && opts.matmul_epilogues) fuse_matmul_epilogues(S, roots, uses);
   if (detail::trace_enabled("jit"))
     for (const Step& s : S.steps)
       detail::trace_line("jit", fmt::format("schedule: {} {} -- {}", step_name(s.kind), ir::op_name(s.node->op), s.reason));

@@ -24,7 +24,7 @@ enum class StepKind : uint8_t {
   Kernel,    // fused elementwise kernel
   Reduce,    // reduction kernel with a fused elementwise prologue
   View,      // movement over a materialized value: no work, a strided view
-  MatMul,    // BLAS
+  MatMul,    // BLAS (with an elementwise epilogue when `epilogue` is set)
   Fallback,  // the ref interpreter evaluates this node
 };
 std::string_view step_name(StepKind k);
@@ -33,6 +33,10 @@ struct Step {
   StepKind kind;
   ir::Node* node;
   std::string reason;  // why this node is materialized
+  // MatMul only: an elementwise node of the matmul's 2-D shape whose fused
+  // kernel reads the product element for element. It runs on each band of
+  // rows right after BLAS writes it; the step materializes both nodes.
+  ir::Node* epilogue = nullptr;
 };
 
 /// False when TESSEL_FUSION=off: every computed node becomes its own kernel
@@ -43,13 +47,15 @@ struct Options {
   int max_inputs = 16;          // distinct buffers one kernel may read
   bool keep_grad_values = false; // nodes backward reads are materialized
   bool fuse = fusion_enabled_by_env();  // false: one kernel per computed node
+  bool matmul_epilogues = true;  // elementwise consumers of a matmul run on its bands of rows
 };
 
 struct Schedule {
   std::vector<ir::Node*> order;  // the topo pass
   std::vector<Step> steps;       // producers before consumers
   std::unordered_map<ir::Node*, std::string> materialized;  // node -> reason
-  int kernels() const;           // Kernel + Reduce steps
+  int kernels() const;           // Kernel + Reduce steps + matmul epilogues
+  int matmuls() const;           // MatMul steps
   std::string to_string() const;
 };
 

@@ -22,7 +22,7 @@ namespace tessel::aot {
 struct TracedKernel {
   kir::Kernel kernel;
   std::string text;                 // kernel.text(): the key the backends look up
-  std::string role;                 // "elementwise", "reduce" or "copy"
+  std::string role;                 // "elementwise", "reduce", "copy" or "epilogue" (of a matmul)
   std::string node;                 // op of the node it materializes ("Relu", ...)
   std::vector<int64_t> example_args;  // launch arguments of the first traced launch
   int64_t example_rows = 0;
@@ -41,7 +41,7 @@ class TraceBackend final : public Backend {
   int fallbacks() const { return fallbacks_; }
 
  private:
-  struct Impl;
+  class Recorder;
   std::vector<TracedKernel> kernels_;
   std::map<std::string, size_t> index_;  // text -> position in kernels_
   int realizations_ = 0, matmuls_ = 0, fallbacks_ = 0;

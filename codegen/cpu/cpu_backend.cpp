@@ -12,6 +12,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "codegen/blas/gemm.h"
+#include "codegen/executor.h"
 #include "codegen/lower.h"
 #include "codegen/schedule.h"
 #include "runtime/errors.h"
@@ -139,10 +141,8 @@ cpujit::KernelFn* compiled(const kir::Kernel& k) {
   return fn;
 }
 
-// pass launch
-void launch(lower::Lowered& l) {
-  lower::coalesce(l);
-  cpujit::KernelFn* fn = compiled(l.kernel);
+// pass launch: rows [r0, r1) of a lowered kernel.
+void run_rows(const lower::Lowered& l, cpujit::KernelFn* fn, int64_t r0, int64_t r1) {
   // Offsets travel in the launch arguments: pass each storage's element 0.
   void* small[32];
   std::vector<void*> large;
@@ -152,15 +152,7 @@ void launch(lower::Lowered& l) {
     bufs = large.data();
   }
   for (size_t i = 0; i < l.buffers.size(); ++i) bufs[i] = l.buffers[i].storage->data();
-  if (l.rows > 0) fn(bufs, l.args.data(), 0, l.rows);
-  bump(&CpuJitStats::kernels_launched);
-}
-
-BufferView dense_copy(DType t, const Shape& s, const BufferView& in) {
-  BufferView out = alloc_dense(t, s);
-  lower::Lowered l = lower::lower_copy(t, s, in, out);
-  launch(l);
-  return out;
+  if (r1 > r0) fn(bufs, l.args.data(), r0, r1);
 }
 
 // A node the kernels do not compute, evaluated by the ref interpreter over
@@ -181,6 +173,57 @@ BufferView by_ref(const Node& n, const std::vector<BufferView>& args) {
   return *clone->buffer;
 }
 
+// Bands of a matmul with an epilogue hold about this many bytes of product:
+// BLAS writes a band, the epilogue reads it back while it is still in L2.
+constexpr int64_t kEpilogueBandBytes = 256 * 1024;
+
+class CpuExecutor final : public exec::StepExecutor {
+ public:
+  BufferView alloc(DType t, const Shape& s) override { return alloc_dense(t, s); }
+
+  void launch(const lower::Lowered& l, exec::Role, const Node*) override {
+    run_rows(l, compiled(l.kernel), 0, l.rows);
+    bump(&CpuJitStats::kernels_launched);
+  }
+
+  BufferView host_eval(const Node& n, const std::vector<BufferView>& args) override {
+    bump(&CpuJitStats::fallbacks);
+    return by_ref(n, args);
+  }
+
+  BufferView matmul(const Node& n, const std::vector<BufferView>& args) override {
+    bump(&CpuJitStats::matmuls);
+    return by_ref(n, args);
+  }
+
+  void matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
+                       const lower::Lowered& epi, const Node&) override {
+    cpujit::KernelFn* fn = compiled(epi.kernel);
+    const Shape& sa = mm.args[0]->shape;
+    const int64_t M = sa.dims[0], K = sa.dims[1], N = mm.shape.dims[1];
+    auto operand = [&](size_t i) {
+      auto op = gemm::operand(mm.args[i]->shape, args[i]);
+      TESSEL_ASSERT("run_schedule", op.has_value());  // epilogue operands come in BLAS form
+      return *op;
+    };
+    gemm::Operand a = operand(0), b = operand(1);
+    const int64_t es = static_cast<int64_t>(dtype_size(mm.dtype));
+    auto at = [&](const BufferView& v) { return static_cast<std::byte*>(v.storage->data()) + v.offset * es; };
+    int64_t band = M;
+    if (gemm::uses_blas(mm.dtype, M, N, K)) band = std::max<int64_t>(8, kEpilogueBandBytes / std::max<int64_t>(N * es, 1));
+    for (int64_t r0 = 0; r0 < M; r0 += band) {
+      int64_t r1 = std::min(M, r0 + band);
+      gemm::rows(mm.dtype, a, b, at(a.v), at(b.v), at(out), M, N, K, r0, r1);
+      run_rows(epi, fn, r0, r1);
+    }
+    bump(&CpuJitStats::matmuls);
+    bump(&CpuJitStats::matmul_epilogues);
+    bump(&CpuJitStats::kernels_launched);
+  }
+
+  void on_view() override { bump(&CpuJitStats::views); }
+};
+
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
@@ -191,64 +234,8 @@ class CpuBackend final : public Backend {
     static std::atomic<int> dump_seq{0};
     if (!dump_dir().empty())
       dump_file(fmt::format("schedule_{}.txt", dump_seq++), ir::to_string(roots) + "\n" + S.to_string());
-    std::unordered_map<Node*, BufferView> values;
-    lower::ValueOf value_of = [&](Node* n) -> std::optional<BufferView> {
-      if (n->realized()) return *n->buffer;
-      if (auto it = values.find(n); it != values.end()) return it->second;
-      return std::nullopt;
-    };
-    lower::DenseCopy copy = [](DType t, const Shape& s, const BufferView& in) { return dense_copy(t, s, in); };
-    auto arg_values = [&](Node* n) {
-      std::vector<BufferView> a;
-      for (auto& x : n->args) {
-        auto v = value_of(x.get());
-        if (!v) throw InternalError(fmt::format("cpu backend: input of {} has no value", ir::op_name(n->op)));
-        a.push_back(*v);
-      }
-      return a;
-    };
-    for (const sched::Step& step : S.steps) {
-      Node* n = step.node;
-      switch (step.kind) {
-        case sched::StepKind::View: {
-          auto v = value_of(n->args[0].get());
-          if (!v) throw InternalError("cpu backend: view of a value not materialized");
-          values[n] = lower::movement_view(*n, *v, copy);
-          bump(&CpuJitStats::views);
-          break;
-        }
-        case sched::StepKind::Kernel:
-        case sched::StepKind::Reduce: {
-          BufferView out = alloc_dense(n->dtype, n->shape);
-          lower::Lowered l = lower::lower_to_kernel_ir(*n, value_of, copy, out);
-          launch(l);
-          values[n] = std::move(out);
-          break;
-        }
-        case sched::StepKind::MatMul:
-          values[n] = by_ref(*n, arg_values(n));
-          bump(&CpuJitStats::matmuls);
-          break;
-        case sched::StepKind::Fallback:
-          values[n] = by_ref(*n, arg_values(n));
-          bump(&CpuJitStats::fallbacks);
-          break;
-      }
-    }
-    if (keep_grad_values)
-      for (Node* n : S.order)
-        if (!n->realized() && n->requires_grad && n->op != Op::Constant &&
-            ir::op_category(n->op) != ir::Category::Movement)
-          if (auto it = values.find(n); it != values.end()) n->buffer = it->second;
-    for (auto& r : roots) {
-      if (r->realized()) continue;
-      BufferView v = values.at(r.get());
-      // A root is a tensor users may write into: never hand out aliased (0-stride) memory.
-      bool aliased = false;
-      for (size_t d = 0; d < v.strides.size(); ++d) aliased = aliased || (v.strides[d] == 0 && r->shape.dims[d] > 1);
-      if (aliased) v = dense_copy(r->dtype, r->shape, v);
-      r->buffer = std::move(v);
-    }
+    CpuExecutor ex;
+    exec::run_schedule(ex, roots, S, keep_grad_values);
   }
 };
 

@@ -15,6 +15,7 @@ struct CpuJitStats {
   std::uint64_t kernels_compiled = 0;  // of those, compiled by LLVM now (not from a cache)
   std::uint64_t kernels_from_disk = 0; // of those, loaded from the disk cache
   std::uint64_t matmuls = 0;
+  std::uint64_t matmul_epilogues = 0;  // of those, with a fused elementwise epilogue (one kernel launch each)
   std::uint64_t fallbacks = 0;         // nodes left to the ref interpreter
   std::uint64_t views = 0;
   double compile_ms = 0;               // LLVM time of kernels_compiled

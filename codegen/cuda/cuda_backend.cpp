@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "codegen/cuda/cuda_emitter.h"
+#include "codegen/executor.h"
 #include "codegen/schedule.h"
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/driver.h"
@@ -49,67 +50,7 @@ BufferView ref_eval(const Node& n, const std::vector<BufferView>& args) {
 
 void realize_steps(Executor& ex, const std::vector<ir::NodePtr>& roots, bool keep_grad_values) {
   sched::Schedule S = sched::schedule(roots, {16, keep_grad_values});
-  std::unordered_map<Node*, BufferView> values;
-  lower::ValueOf value_of = [&](Node* n) -> std::optional<BufferView> {
-    if (n->realized()) return *n->buffer;
-    if (auto it = values.find(n); it != values.end()) return it->second;
-    return std::nullopt;
-  };
-  auto dense_copy = [&](DType t, const Shape& s, const BufferView& in) {
-    BufferView out = ex.alloc(t, s);
-    lower::Lowered l = lower::lower_copy(t, s, in, out);
-    lower::coalesce(l);
-    ex.launch(l);
-    return out;
-  };
-  lower::DenseCopy copy = dense_copy;
-  auto arg_values = [&](Node* n) {
-    std::vector<BufferView> a;
-    for (auto& x : n->args) {
-      auto v = value_of(x.get());
-      if (!v) throw InternalError(fmt::format("cuda backend: input of {} has no value", ir::op_name(n->op)));
-      a.push_back(*v);
-    }
-    return a;
-  };
-  for (const sched::Step& step : S.steps) {
-    Node* n = step.node;
-    switch (step.kind) {
-      case sched::StepKind::View: {
-        auto v = value_of(n->args[0].get());
-        if (!v) throw InternalError("cuda backend: view of a value not materialized");
-        values[n] = lower::movement_view(*n, *v, copy);
-        break;
-      }
-      case sched::StepKind::Kernel:
-      case sched::StepKind::Reduce: {
-        BufferView out = ex.alloc(n->dtype, n->shape);
-        lower::Lowered l = lower::lower_to_kernel_ir(*n, value_of, copy, out);
-        lower::coalesce(l);
-        ex.launch(l);
-        values[n] = std::move(out);
-        break;
-      }
-      case sched::StepKind::MatMul:
-      case sched::StepKind::Fallback:
-        values[n] = ex.host_eval(*n, arg_values(n));
-        break;
-    }
-  }
-  if (keep_grad_values)
-    for (Node* n : S.order)
-      if (!n->realized() && n->requires_grad && n->op != Op::Constant &&
-          ir::op_category(n->op) != ir::Category::Movement)
-        if (auto it = values.find(n); it != values.end()) n->buffer = it->second;
-  for (auto& r : roots) {
-    if (r->realized()) continue;
-    BufferView v = values.at(r.get());
-    // A root is a tensor users may write into: never hand out aliased (0-stride) memory.
-    bool aliased = false;
-    for (size_t d = 0; d < v.strides.size(); ++d) aliased = aliased || (v.strides[d] == 0 && r->shape.dims[d] > 1);
-    if (aliased) v = dense_copy(r->dtype, r->shape, v);
-    r->buffer = std::move(v);
-  }
+  exec::run_schedule(ex, roots, S, keep_grad_values);
 }
 
 }  // namespace cudagen

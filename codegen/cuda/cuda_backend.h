@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "codegen/backend.h"
+#include "codegen/executor.h"
 #include "codegen/ir.h"
 #include "codegen/lower.h"
 #include "runtime/device.h"
@@ -22,16 +23,13 @@ namespace tessel {
 
 namespace cudagen {
 
-/// Where the steps of a realization run.
-class Executor {
+/// Where the steps of a realization run (the shared step loop's executor,
+/// codegen/executor.h); every launch is a CUDA kernel over all its rows.
+class Executor : public exec::StepExecutor {
  public:
-  virtual ~Executor() = default;
-  /// Dense memory for a value of this dtype and shape.
-  virtual ir::BufferView alloc(DType t, const Shape& s) = 0;
-  /// Runs one lowered kernel (already coalesced).
+  /// Runs one lowered kernel.
   virtual void launch(const lower::Lowered& l) = 0;
-  /// Computes `n` from its arguments' values where no kernel does (matmul, fallbacks).
-  virtual ir::BufferView host_eval(const ir::Node& n, const std::vector<ir::BufferView>& args) = 0;
+  void launch(const lower::Lowered& l, exec::Role, const ir::Node*) final { launch(l); }
 };
 
 /// The scheduled steps of `roots` run on `ex`; sets every root's buffer (and,

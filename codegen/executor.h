@@ -1,0 +1,59 @@
+// The step loop every compiled backend shares: walk a schedule's steps, give
+// each materialized node a value (views, fused kernels, matmuls -- with their
+// fused epilogue --, ref fallbacks), then hand the roots their buffers. What
+// "allocate", "launch" and "matmul" mean is the backend's: the CPU runs
+// LLVM-compiled kernels, the CUDA backend launches on a device, the AOT trace
+// only records. Because lowering happens here, all of them see the same
+// kernels (same texts, same launch arguments).
+//
+//   class Recorder : public exec::StepExecutor { ... };
+//   Recorder r;
+//   exec::run_schedule(r, roots, sched::schedule(roots), /*keep_grad_values=*/false);
+#pragma once
+
+#include <vector>
+
+#include "codegen/ir.h"
+#include "codegen/lower.h"
+#include "codegen/schedule.h"
+
+namespace tessel::exec {
+
+/// What the launch of a lowered kernel is for (stats, traces, manifests).
+enum class Role : uint8_t { elementwise, reduce, copy, epilogue };
+std::string_view role_name(Role r);
+
+/// Where the steps of a realization run.
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  /// Dense memory for a value of this dtype and shape.
+  virtual ir::BufferView alloc(DType t, const Shape& s) = 0;
+  /// Runs one lowered kernel over all its rows. `node` is the node it
+  /// materializes (null for copies).
+  virtual void launch(const lower::Lowered& l, Role role, const ir::Node* node) = 0;
+  /// Computes `n` from its arguments' values where no kernel does (fallbacks;
+  /// matmuls unless matmul() says otherwise).
+  virtual ir::BufferView host_eval(const ir::Node& n, const std::vector<ir::BufferView>& args) = 0;
+  /// A matmul's value.
+  virtual ir::BufferView matmul(const ir::Node& n, const std::vector<ir::BufferView>& args) { return host_eval(n, args); }
+  /// A 2-D matmul written into `out` (dense [M, N]) and its elementwise
+  /// epilogue `epi`, which reads `out` and whose rows are the matmul's rows.
+  /// Both operands are in BLAS form (gemm::operand accepts them).
+  /// The default computes the whole product, copies it into `out` and
+  /// launches the epilogue; the CPU backend interleaves the two per band of rows.
+  virtual void matmul_epilogue(const ir::Node& mm, const std::vector<ir::BufferView>& args, const ir::BufferView& out,
+                               const lower::Lowered& epi, const ir::Node& epi_node);
+  /// A movement step produced a view (no work).
+  virtual void on_view() {}
+};
+
+/// Runs the steps of `S` (the schedule of `roots`) on `ex`; sets every root's
+/// buffer (and, with keep_grad_values, those of the nodes backward reads).
+void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const sched::Schedule& S,
+                  bool keep_grad_values);
+
+/// A dense copy of a strided view, by a copy kernel launched on `ex`.
+ir::BufferView dense_copy(StepExecutor& ex, DType t, const Shape& s, const ir::BufferView& in);
+
+}  // namespace tessel::exec
