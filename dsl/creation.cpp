@@ -110,6 +110,13 @@ Tensor arange(double start, double end, double step, DType t, Device d) {
   return fill_host(Shape{n}, t, d, [=](int64_t i) { return start + static_cast<double>(i) * step; });
 }
 
+Tensor arange_int(int64_t start, int64_t end, int64_t step, DType t, Device d) {
+  if (step == 0 || (end - start) / step < 0 || ((end - start) != 0 && (end - start > 0) != (step > 0)))
+    throw ValueError(fmt::format("arange: the range [{}, {}) with step {} is empty or infinite", start, end, step));
+  int64_t n = (end - start + step + (step > 0 ? -1 : 1)) / step;
+  return fill_host(Shape{n}, t, d, [=](int64_t i) { return static_cast<double>(start + i * step); });
+}
+
 Tensor rand(const Shape& s, DType t, Device d) {
   check_shape("rand", s);
   if (!is_floating(t)) throw DTypeError(fmt::format("rand: needs a floating dtype, got {}", dtype_name(t)));
@@ -144,7 +151,7 @@ Tensor tensor(const NestedList& values, DType t, Device d) {
   return fill_host(s, t, d, [&v](int64_t i) { return v[static_cast<size_t>(i)]; });
 }
 Tensor tensor(const NestedList& values, Device d) {
-  return tensor(values, values.all_int ? DType::i64 : DType::f32, d);
+  return tensor(values, values.all_bool ? DType::b8 : values.all_int ? DType::i64 : DType::f32, d);
 }
 
 template <class T>

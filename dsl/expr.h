@@ -253,6 +253,9 @@ auto minimum(A&& a, B&& b) { return expr::make<expr::Minimum>(std::forward<A>(a)
 template <expr::TensorLike A, expr::Operand B>
   requires(expr::Expression<A> || expr::Number<B> || expr::Expression<B>)
 auto pow(A&& a, B&& b) { return expr::make<expr::Pow>(std::forward<A>(a), std::forward<B>(b)); }
+/// A number raised to tensor powers, as torch.pow(2, x).
+template <expr::Number A, expr::TensorLike B>
+auto pow(A a, B&& b) { return expr::make<expr::Pow>(a, std::forward<B>(b)); }
 template <expr::TensorLike C, expr::Operand A, expr::Operand B>
   requires(expr::Expression<C> || expr::Expression<A> || expr::Expression<B> || expr::Number<A> || expr::Number<B>)
 auto where(C&& c, A&& a, B&& b) { return expr::make<expr::Where>(std::forward<C>(c), std::forward<A>(a), std::forward<B>(b)); }

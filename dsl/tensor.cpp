@@ -104,6 +104,7 @@ NestedList::NestedList(std::initializer_list<NestedList> items) {
     inner = it.shape;
     values.insert(values.end(), it.values.begin(), it.values.end());
     all_int = all_int && it.all_int;
+    all_bool = all_bool && it.all_bool;
   }
   shape.dims.push_back(static_cast<int64_t>(items.size()));
   if (inner) shape.dims.insert(shape.dims.end(), inner->dims.begin(), inner->dims.end());

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <concepts>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -54,8 +55,10 @@ struct NestedList {
   std::vector<double> values;
   Shape shape;
   bool all_int = true;
-  NestedList(double x) : values{x}, all_int(false) {}
-  NestedList(int x) : values{static_cast<double>(x)} {}
+  bool all_bool = true;  // tensor({true, false}) is a bool tensor, as in PyTorch
+  NestedList(double x) : values{x}, all_int(false), all_bool(false) {}
+  NestedList(int x) : values{static_cast<double>(x)}, all_bool(false) {}
+  NestedList(bool x) : values{x ? 1.0 : 0.0} {}
   NestedList(std::initializer_list<NestedList> items);
 };
 
@@ -213,6 +216,12 @@ Tensor full(const Shape& s, const Scalar& v, DType t = DType::f32, Device d = cp
 /// 0, 1, ..., end-1 (int64 like torch.arange with integer bounds).
 Tensor arange(int64_t end, DType t = DType::i64, Device d = cpu());
 Tensor arange(double start, double end, double step = 1, DType t = DType::f32, Device d = cpu());
+/// Integer bounds give an i64 range, as torch.arange(0, 5): arange(2, 11, 3) is [2, 5, 8].
+Tensor arange_int(int64_t start, int64_t end, int64_t step, DType t, Device d);
+template <std::integral A, std::integral B, std::integral C = int64_t>
+Tensor arange(A start, B end, C step = 1, DType t = DType::i64, Device d = cpu()) {
+  return arange_int(static_cast<int64_t>(start), static_cast<int64_t>(end), static_cast<int64_t>(step), t, d);
+}
 /// Uniform in [0, 1), from the global counter-based generator.
 Tensor rand(const Shape& s, DType t = DType::f32, Device d = cpu());
 Tensor randn(const Shape& s, DType t = DType::f32, Device d = cpu());

@@ -187,3 +187,27 @@ TEST_CASE("full keeps int64 values beyond 2^53 exact", "[creation]") {
   CHECK(full({2}, big, DType::i64).to_vector<int64_t>() == std::vector<int64_t>{big, big});
   CHECK(full({1}, -big, DType::i64).item<int64_t>() == -big);
 }
+
+TEST_CASE("PyTorch's defaults: integer arange bounds give int64, bool lists give bool, a number base for pow",
+          "[creation]") {
+  Tensor r = arange(0, 5);
+  CHECK(r.dtype() == DType::i64);
+  CHECK(ivals(r) == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(ivals(arange(2, 11, 3)) == std::vector<int64_t>{2, 5, 8});
+  CHECK(ivals(arange(5, 0, -2)) == std::vector<int64_t>{5, 3, 1});
+  CHECK(arange(3, 3).numel() == 0);
+  CHECK(arange(1, 4, 1, DType::f32).dtype() == DType::f32);
+  REQUIRE_THROWS_AS(arange(0, 5, 0), ValueError);
+  REQUIRE_THROWS_AS(arange(0, 5, -1), ValueError);
+
+  Tensor b = tensor({true, false, true});
+  CHECK(b.dtype() == DType::b8);
+  CHECK(ivals(b) == std::vector<int64_t>{1, 0, 1});
+  CHECK(tensor({{true}, {false}}).dtype() == DType::b8);
+  CHECK(tensor({1, 0}).dtype() == DType::i64);
+
+  Tensor x = tensor({0.0, 1.0, 3.0});
+  Tensor p = pow(2, x);
+  CHECK(p.dtype() == DType::f32);
+  CHECK(vals(p) == std::vector<double>{1, 2, 8});
+}
