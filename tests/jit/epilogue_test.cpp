@@ -49,6 +49,20 @@ TEST_CASE("schedule: Linear -> ReLU -> Linear is two matmuls with fused epilogue
   CHECK(epilogues(plain) == 0);
 }
 
+TEST_CASE("schedule: in training the bias adds still join their matmuls", "[jit]") {
+  // Training keeps what backward reads: the ReLU becomes a kernel of its own.
+  manual_seed(1);
+  nn::Sequential net(nn::Linear(20, 16), nn::ReLU(), nn::Linear(16, 10));
+  Tensor t = net(rand({8, 20}));
+  sched::Schedule train = sched::schedule({t.node()}, {.keep_grad_values = true});
+  INFO(train.to_string());
+  CHECK(train.matmuls() == 2);
+  CHECK(epilogues(train) == 2);
+  CHECK(train.kernels() == 3);
+  for (const sched::Step& st : train.steps)
+    if (st.kind == sched::StepKind::MatMul) CHECK((st.epilogue && st.epilogue->op == ir::Op::Add));
+}
+
 TEST_CASE("schedule: what does not take an epilogue", "[jit]") {
   Tensor a = rand({4, 6}), b = rand({6, 5}), c = rand({5});
   SECTION("a product read twice is materialized for both readers") {
