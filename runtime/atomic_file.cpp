@@ -1,6 +1,7 @@
 #include "runtime/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,9 +64,42 @@ void fsync_folder(const fs::path& target, const fs::path& dir) {
 
 }  // namespace
 
+size_t sweep_stale_temp_files(const fs::path& dir, std::string_view target_name, std::chrono::seconds min_age) {
+  size_t removed = 0;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  const auto now = fs::file_time_type::clock::now();
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    // .NAME.tmp.PID.HEX
+    size_t tag = name.rfind(".tmp.");
+    if (name.size() < 2 || name[0] != '.' || tag == std::string::npos || tag < 1) continue;
+    if (!target_name.empty() && std::string_view(name).substr(1, tag - 1) != target_name) continue;
+    size_t dot = name.find('.', tag + 5);
+    if (dot == std::string::npos || dot == tag + 5) continue;
+    pid_t pid = 0;
+    bool digits = true;
+    for (size_t i = tag + 5; i < dot && digits; ++i) {
+      digits = name[i] >= '0' && name[i] <= '9';
+      pid = pid * 10 + (name[i] - '0');
+    }
+    if (!digits || pid <= 0) continue;
+    std::error_code tec;
+    auto mtime = fs::last_write_time(it->path(), tec);
+    if (tec) continue;
+    auto age = now - mtime;
+    bool writer_gone = ::kill(pid, 0) != 0 && errno == ESRCH;
+    bool stale = (writer_gone && age >= min_age) || age >= std::chrono::hours(24);
+    std::error_code rec;
+    if (stale && it->is_regular_file(rec) && fs::remove(it->path(), rec)) ++removed;
+  }
+  return removed;
+}
+
 void write_file_atomically(const fs::path& target, const std::function<void(std::FILE*)>& write) {
   if (target.filename().empty()) fail(target, "not a file name", target, EISDIR);
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  sweep_stale_temp_files(dir, target.filename().string());
 
   struct stat old {};
   bool had_old = ::stat(target.c_str(), &old) == 0;

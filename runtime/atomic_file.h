@@ -3,11 +3,13 @@
 // or the machine loses power halfway through a save.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <span>
+#include <string_view>
 
 namespace tessel {
 
@@ -39,5 +41,18 @@ void write_file_atomically(const std::filesystem::path& target,
 ///   write_file_atomically("model.safetensors", parts);
 void write_file_atomically(const std::filesystem::path& target,
                            std::span<const std::span<const std::byte>> chunks);
+
+/// Removes the temp files that killed or crashed saves left in `dir`
+/// (write_file_atomically's `.NAME.tmp.PID.N`), so they do not pile up: one is
+/// stale when its writing process is gone and it is older than `min_age` (a
+/// live writer's file is never touched), or when it is older than a day (a
+/// writer on another machine sharing the folder). `target_name` limits the
+/// sweep to the temp files of that one target. Never throws; returns how many
+/// it removed. write_file_atomically sweeps its target's temp files, the
+/// kernel cache its folder once per process.
+///
+///   size_t n = sweep_stale_temp_files("checkpoints");
+size_t sweep_stale_temp_files(const std::filesystem::path& dir, std::string_view target_name = {},
+                              std::chrono::seconds min_age = std::chrono::seconds(10));
 
 }  // namespace tessel

@@ -1,5 +1,7 @@
 #include "runtime/kernel_cache.h"
 
+#include "runtime/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -280,6 +282,7 @@ bool KernelCache::disk_enabled() {
       return;
     }
     disk_ok_ = true;
+    sweep_stale_temp_files(dir_);  // entries whose writers were killed mid-write
   });
   return disk_ok_;
 }
@@ -334,7 +337,8 @@ KernelCache::BytesPtr KernelCache::read_disk(const KernelKey& key) {
 void KernelCache::write_disk(const KernelKey& key, std::span<const char> payload) {
   if (!disk_enabled()) return;
   const std::filesystem::path final_path = entry_path(key);
-  std::string tmpl = (dir_ / ("." + key.to_hex() + ".tmp.XXXXXX")).string();
+  // .KEY.tmp.PID.XXXXXX: the pid lets a later process sweep what a killed writer left.
+  std::string tmpl = (dir_ / fmt::format(".{}.tmp.{}.XXXXXX", key.to_hex(), ::getpid())).string();
 
   auto fail = [&](const char* what, int err) {
     disk_write_failures_.fetch_add(1, std::memory_order_relaxed);
