@@ -130,6 +130,9 @@ struct Node {
   bool requires_grad = false;
   // Leaf identity for autograd: the tensor that receives this leaf's gradient.
   std::weak_ptr<void> owner;
+  // Keeps `owner` alive when no user tensor does: the relay that hands a
+  // device copy's gradient back to the tensor it was copied from.
+  std::shared_ptr<void> owner_hold;
 
   // Set once the node's value exists: always for Input, after realization for
   // the rest. A node with a buffer is a leaf to every evaluator.

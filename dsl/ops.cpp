@@ -5,6 +5,7 @@
 
 #include "codegen/builders.h"
 #include "codegen/cuda/cuda_backend.h"
+#include "codegen/grad_mode.h"
 #include "dsl/tensor.h"
 
 namespace tessel {
@@ -94,7 +95,18 @@ Tensor Tensor::to(Device d) const {
   check_device_exists(d);
   // A dense copy on `d` (host<->device through pinned staging, or device to device).
   ir::BufferView v = copy_between_devices(buffer(), dtype(), shape(), device(), d);
-  return from_buffer(std::move(v), dtype(), shape(), d);
+  if (!(requires_grad() && grad_enabled())) return from_buffer(std::move(v), dtype(), shape(), d);
+  // Differentiable, as in PyTorch: the copy is a leaf of its device's graph
+  // whose gradient a relay hands back (copied) to this tensor's graph.
+  auto relay = std::make_shared<TensorImpl>();
+  relay->transfer_source = impl_ptr();
+  relay->device = d;
+  auto impl = std::make_shared<TensorImpl>();
+  impl->node = ir::input(std::move(v), dtype(), shape(), /*requires_grad=*/true, relay);
+  impl->node->owner_hold = relay;
+  impl->device = d;
+  impl->is_leaf = false;
+  return Tensor(impl);
 }
 
 }  // namespace tessel

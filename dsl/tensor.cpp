@@ -631,13 +631,17 @@ bool Tensor::is_leaf() const { return !defined() || impl_->is_leaf || !impl_->no
 const Tensor& Tensor::retain_grad() const {
   if (!is_leaf()) {
     impl_->retains_grad = true;
-    impl_->node->owner = impl_;
+    auto relay = std::static_pointer_cast<TensorImpl>(impl_->node->owner.lock());
+    if (relay && relay->transfer_source) relay->transfer_result = impl_;  // keep relaying, and keep a copy
+    else impl_->node->owner = impl_;
   }
   return *this;
 }
 
 std::string Tensor::grad_fn_name() const {
   if (is_leaf()) return {};
+  if (auto relay = std::static_pointer_cast<TensorImpl>(impl_->node->owner.lock()); relay && relay->transfer_source)
+    return "ToCopyBackward0";
   return autodiff::grad_fn_name(*impl_->node);
 }
 
@@ -662,11 +666,16 @@ void Tensor::backward(const Tensor& gradient) const {
   std::vector<Tensor> values;
   for (auto& lg : grads) values.push_back(from_node(lg.grad, device()));
   realize(values);
+  std::vector<std::pair<Tensor, Tensor>> relayed;  // (source of a device copy, its gradient)
   for (size_t i = 0; i < grads.size(); ++i) {
     auto owner = std::static_pointer_cast<TensorImpl>(grads[i].leaf->owner.lock());
     if (!owner) continue;
-    Tensor target(owner);
     Tensor g = values[i];
+    if (owner->transfer_source) {
+      relayed.emplace_back(Tensor(owner->transfer_source), g);
+      owner = owner->transfer_result.lock();  // a retained grad on the copy itself
+      if (!owner) continue;
+    }
     if (owner->grad) {
       Tensor acc = add(Tensor(owner->grad), g);
       acc.eval();
@@ -675,6 +684,9 @@ void Tensor::backward(const Tensor& gradient) const {
       owner->grad = g.detach().impl_ptr();
     }
   }
+  // Each device copy's gradient goes back to its source's device and on
+  // through the source's own graph.
+  for (auto& [source, g] : relayed) source.backward(g.to(source.device()));
 }
 
 }  // namespace tessel

@@ -36,6 +36,10 @@ struct TensorImpl {
   bool is_leaf = true;           // made by the user, not computed by an op
   std::shared_ptr<TensorImpl> grad;  // accumulated by backward (leaves)
   bool retains_grad = false;
+  // A relay for to(device): backward hands the gradient (copied back) to the
+  // tensor it was copied from; `transfer_result` is the copy, when it retains its grad.
+  std::shared_ptr<TensorImpl> transfer_source;
+  std::weak_ptr<TensorImpl> transfer_result;
   enum class Kind : uint8_t { tensor, parameter, uninitialized_parameter } kind = Kind::tensor;
 };
 
