@@ -148,6 +148,58 @@ std::unique_ptr<llvm::Module> math_module(llvm::LLVMContext& ctx) {
 }
 using MathFn = void(float*, const float*, float, std::int64_t);
 
+// `void <name>(ptr noalias out, ptr noalias in, i64 n, i64 stride)`:
+// out[i*stride] = in[i*stride] * 2 + 1 for i < n, where stride is a
+// parameter (stride_param) or the constant 1 -- the two inner loops of a
+// fused kernel, the general one and the unit-stride one.
+void add_scaled_loop(llvm::Module& m, const std::string& name, bool stride_param) {
+  llvm::LLVMContext& ctx = m.getContext();
+  llvm::IRBuilder<> b(ctx);
+  auto* f32 = b.getFloatTy();
+  auto* i64 = b.getInt64Ty();
+  auto* ptr = llvm::PointerType::get(ctx, 0);
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, i64, i64}, false);
+  auto* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, &m);
+  fn->addParamAttr(0, llvm::Attribute::NoAlias);
+  fn->addParamAttr(1, llvm::Attribute::NoAlias);
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  auto* entry = llvm::BasicBlock::Create(ctx, "entry", fn);
+  auto* loop = llvm::BasicBlock::Create(ctx, "loop", fn);
+  auto* exit = llvm::BasicBlock::Create(ctx, "exit", fn);
+  llvm::Value *out = fn->getArg(0), *in = fn->getArg(1), *n = fn->getArg(2);
+  b.SetInsertPoint(entry);
+  b.CreateCondBr(b.CreateICmpSGT(n, b.getInt64(0)), loop, exit);
+  b.SetInsertPoint(loop);
+  auto* i = b.CreatePHI(i64, 2, "i");
+  i->addIncoming(b.getInt64(0), entry);
+  llvm::Value* at = stride_param ? b.CreateMul(i, fn->getArg(3)) : static_cast<llvm::Value*>(i);
+  llvm::Value* x = b.CreateLoad(f32, b.CreateInBoundsGEP(f32, in, at));
+  llvm::Value* y = b.CreateFAdd(b.CreateFMul(x, llvm::ConstantFP::get(f32, 2.0)), llvm::ConstantFP::get(f32, 1.0));
+  b.CreateStore(y, b.CreateInBoundsGEP(f32, out, at));
+  auto* next = b.CreateAdd(i, b.getInt64(1), "i.next", true, true);
+  i->addIncoming(next, loop);
+  b.CreateCondBr(b.CreateICmpSLT(next, n), loop, exit);
+  b.SetInsertPoint(exit);
+  b.CreateRetVoid();
+}
+
+std::unique_ptr<llvm::Module> unit_and_strided_module(llvm::LLVMContext& ctx) {
+  auto m = std::make_unique<llvm::Module>("unit_and_strided", ctx);
+  add_scaled_loop(*m, "unit", false);
+  add_scaled_loop(*m, "strided", true);
+  return m;
+}
+using ScaledFn = void(float*, const float*, std::int64_t, std::int64_t);
+
+std::string fmt_scale(float scale) { return "scale by " + std::to_string(scale); }
+
+bool has_vector_values(const llvm::Function& f) {
+  for (const llvm::BasicBlock& bb : f)
+    for (const llvm::Instruction& inst : bb)
+      if (inst.getType()->isVectorTy()) return true;
+  return false;
+}
+
 OrcJitOptions options_in(const TempDir& d, VectorMath vm = VectorMath::automatic) {
   OrcJitOptions o;
   o.cache = std::make_shared<KernelCache>(KernelCache::Options{d.path, true});
@@ -382,6 +434,77 @@ TEST_CASE("exp, log and tanh vectorize through a vector math library", "[jit][or
                 : jit.vector_math() == VectorMath::libmvec ? "libmvec"
                                                           : "none");
   }
+}
+
+TEST_CASE("the lean pipeline vectorizes unit-stride loops and leaves run-time strides scalar", "[jit][orc]") {
+  TempDir d;
+  OrcJitOptions lean = options_in(d, VectorMath::none), o3 = lean;
+  o3.lean = false;
+  for (bool is_lean : {true, false}) {
+    INFO((is_lean ? "lean" : "O3") << " pipeline");
+    OrcJit jit(is_lean ? lean : o3);
+    llvm::LLVMContext ctx;
+    auto m = unit_and_strided_module(ctx);
+    REQUIRE_FALSE(jit.compile_object(*m).empty());  // optimizes m in place
+    CHECK(has_vector_values(*m->getFunction("unit")));
+    // O3 versions the strided loop on stride == 1 and vectorizes that copy,
+    // which a fused kernel never runs (it has its own unit-stride loop).
+    CHECK(has_vector_values(*m->getFunction("strided")) == !is_lean);
+  }
+
+  // Both loops compute the same values, for every stride.
+  OrcJit jit(lean);
+  JitKernel k = jit.get_or_compile(jit.make_key("unit and strided"), "unit", unit_and_strided_module);
+  JitKernel ks = jit.get_or_compile(jit.make_key("unit and strided"), "strided", unit_and_strided_module);
+  REQUIRE(k.address != ks.address);
+  for (std::int64_t stride : {1, 3, 0}) {
+    for (std::int64_t n : {1, 7, 64, 1001}) {
+      INFO("stride " << stride << " n " << n);
+      const std::int64_t len = stride == 0 ? 1 : n * stride;
+      std::vector<float> in(static_cast<size_t>(len)), out(static_cast<size_t>(len), -5.0f);
+      for (std::int64_t i = 0; i < len; ++i) in[static_cast<size_t>(i)] = 0.37f * static_cast<float>(i) - 4.0f;
+      ks.as<ScaledFn>()(out.data(), in.data(), n, stride);
+      for (std::int64_t i = 0; i < len; ++i) {
+        const float want = stride != 0 && i % stride != 0 ? -5.0f : in[static_cast<size_t>(i)] * 2.0f + 1.0f;
+        REQUIRE(out[static_cast<size_t>(i)] == want);
+      }
+      if (stride == 1) {
+        std::vector<float> unit_out(static_cast<size_t>(n));
+        k.as<ScaledFn>()(unit_out.data(), in.data(), n, 0);
+        REQUIRE(unit_out == out);
+      }
+    }
+  }
+}
+
+TEST_CASE("threads compiling different kernels at once each get a working kernel", "[jit][orc]") {
+  // Concurrent compiles borrow separate target machines; each comes back for reuse.
+  TempDir d;
+  OrcJit jit(options_in(d, VectorMath::none));
+  constexpr int kThreads = 4, kPerThread = 3;
+  std::latch start(kThreads);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int j = 0; j < kPerThread; ++j) {
+        const float scale = static_cast<float>(t * kPerThread + j + 2);
+        JitKernel k = jit.get_or_compile(jit.make_key(fmt_scale(scale)), "k", [&](llvm::LLVMContext& ctx) {
+          return elementwise_module(ctx, "k", 1, 0, [scale](auto& b, auto& in, auto&) {
+            return b.CreateFMul(in[0], llvm::ConstantFP::get(b.getFloatTy(), scale));
+          });
+        });
+        std::vector<float> x(333), y(333);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.5f;
+        k.as<void(float*, const float*, std::int64_t)>()(y.data(), x.data(), 333);
+        for (size_t i = 0; i < x.size(); ++i)
+          if (y[i] != x[i] * scale) wrong.fetch_add(1);
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong.load() == 0);
+  CHECK(jit.stats().compiles == kThreads * kPerThread);
 }
 
 TEST_CASE("JIT options and the host are part of the key", "[jit][orc]") {
