@@ -21,6 +21,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "dsl/lazy_registry.h"
 #include "dsl/tensor.h"
 
 namespace tessel {
@@ -189,7 +190,15 @@ constexpr auto to_hana_string(std::index_sequence<I...>) {
 /// Common Tensor-like methods for every expression (each lowers first).
 template <class D>
 struct ExprBase {
-  Tensor eval(const SymbolTable* env = nullptr) const { return expr::lower(static_cast<const D&>(*this), env); }
+  Tensor eval(const SymbolTable* env = nullptr) const {
+    Tensor t;
+    {
+      DeferPendingScope intermediates;  // nothing but the root escapes the expression
+      t = expr::lower(static_cast<const D&>(*this), env);
+    }
+    register_if_lazy(t.impl_ptr());
+    return t;
+  }
   operator Tensor() const { return eval(); }
   Shape shape() const { return eval().shape(); }
   DType dtype() const { return eval().dtype(); }

@@ -26,6 +26,18 @@ bool reads(const ir::NodePtr& root, const Storage* s) {
 
 }  // namespace
 
+namespace {
+thread_local int t_defer_depth = 0;
+}  // namespace
+
+DeferPendingScope::DeferPendingScope() { ++t_defer_depth; }
+DeferPendingScope::~DeferPendingScope() { --t_defer_depth; }
+bool DeferPendingScope::active() { return t_defer_depth > 0; }
+
+void register_if_lazy(const std::shared_ptr<TensorImpl>& impl) {
+  if (impl && impl->node && !impl->node->realized()) register_pending(impl);
+}
+
 void register_pending(const std::shared_ptr<TensorImpl>& impl) {
   Registry& R = registry();
   std::lock_guard lock(R.mu);

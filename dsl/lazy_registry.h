@@ -12,6 +12,22 @@ namespace tessel {
 struct TensorImpl;
 
 void register_pending(const std::shared_ptr<TensorImpl>& impl);
+/// Registers `impl` if its value is still lazy.
+void register_if_lazy(const std::shared_ptr<TensorImpl>& impl);
+
+/// While one is alive on this thread, tensors made lazy are not registered.
+/// An expression template's intermediate results are never visible to users,
+/// and the graph of its root -- which the registry searches -- holds them, so
+/// only the root needs registering (register_if_lazy, after the scope).
+class DeferPendingScope {
+ public:
+  DeferPendingScope();
+  ~DeferPendingScope();
+  DeferPendingScope(const DeferPendingScope&) = delete;
+  DeferPendingScope& operator=(const DeferPendingScope&) = delete;
+  /// True inside a scope on this thread.
+  static bool active();
+};
 /// Realizes every pending tensor whose graph reads `storage`.
 void realize_readers_of(const Storage* storage);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <span>
 
 #include "codegen/autodiff.h"
 #include "codegen/backend.h"
@@ -116,7 +117,7 @@ Tensor Tensor::from_node(ir::NodePtr node, Device device) {
   impl->is_leaf = !node->requires_grad;
   impl->node = std::move(node);
   impl->device = device;
-  if (lazy) register_pending(impl);
+  if (lazy && !DeferPendingScope::active()) register_pending(impl);
   return Tensor(impl);
 }
 
@@ -208,7 +209,9 @@ Strides layout_of(const ir::Node& n) {
 
 }  // namespace
 
-void realize(const std::vector<Tensor>& ts) {
+namespace {
+
+void realize_all(std::span<const Tensor> ts) {
   std::vector<ir::NodePtr> roots, views;
   bool keep = false;
   auto add_root = [&](const ir::NodePtr& n) {
@@ -252,8 +255,12 @@ void realize(const std::vector<Tensor>& ts) {
   }
 }
 
+}  // namespace
+
+void realize(const std::vector<Tensor>& ts) { realize_all(ts); }
+
 const Tensor& Tensor::eval() const {
-  realize({*this});
+  if (!node()->realized()) realize_all({this, 1});  // no vector of handles for one tensor
   return *this;
 }
 
