@@ -6,11 +6,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <unordered_map>
+
+#include <xxhash.h>
 
 #include "codegen/blas/gemm.h"
 #include "codegen/executor.h"
@@ -18,6 +21,7 @@
 #include "codegen/schedule.h"
 #include "runtime/errors.h"
 #include "runtime/precompiled_kernels.h"
+#include "runtime/thread_pool.h"
 
 #if TESSEL_HAS_LLVM
 #include <llvm/IR/LLVMContext.h>
@@ -30,17 +34,36 @@
 namespace tessel {
 
 namespace {
-std::mutex g_stats_mu;
-CpuJitStats g_stats;
+// Relaxed atomics: a cached launch bumps counters without taking a lock.
+struct AtomicStats {
+  std::atomic<std::uint64_t> realizations{0}, kernels_launched{0}, kernels_compiled{0}, kernels_from_disk{0},
+      matmuls{0}, matmul_epilogues{0}, fallbacks{0}, views{0};
+  std::atomic<double> compile_ms{0};
+};
+AtomicStats g_stats;
 }  // namespace
 
 CpuJitStats cpu_jit_stats() {
-  std::lock_guard<std::mutex> l(g_stats_mu);
-  return g_stats;
+  constexpr auto r = std::memory_order_relaxed;
+  CpuJitStats s;
+  s.realizations = g_stats.realizations.load(r);
+  s.kernels_launched = g_stats.kernels_launched.load(r);
+  s.kernels_compiled = g_stats.kernels_compiled.load(r);
+  s.kernels_from_disk = g_stats.kernels_from_disk.load(r);
+  s.matmuls = g_stats.matmuls.load(r);
+  s.matmul_epilogues = g_stats.matmul_epilogues.load(r);
+  s.fallbacks = g_stats.fallbacks.load(r);
+  s.views = g_stats.views.load(r);
+  s.compile_ms = g_stats.compile_ms.load(r);
+  return s;
 }
 void reset_cpu_jit_stats() {
-  std::lock_guard<std::mutex> l(g_stats_mu);
-  g_stats = {};
+  constexpr auto r = std::memory_order_relaxed;
+  for (auto* c : {&g_stats.realizations, &g_stats.kernels_launched, &g_stats.kernels_compiled,
+                  &g_stats.kernels_from_disk, &g_stats.matmuls, &g_stats.matmul_epilogues, &g_stats.fallbacks,
+                  &g_stats.views})
+    c->store(0, r);
+  g_stats.compile_ms.store(0, r);
 }
 
 #if !TESSEL_HAS_LLVM
@@ -53,9 +76,8 @@ using ir::BufferView;
 using ir::Node;
 using ir::Op;
 
-void bump(std::uint64_t CpuJitStats::*field, std::uint64_t n = 1) {
-  std::lock_guard<std::mutex> l(g_stats_mu);
-  g_stats.*field += n;
+void bump(std::atomic<std::uint64_t> AtomicStats::*field, std::uint64_t n = 1) {
+  (g_stats.*field).fetch_add(n, std::memory_order_relaxed);
 }
 
 BufferView alloc_dense(DType dt, const Shape& s) {
@@ -68,6 +90,13 @@ BufferView alloc_dense(DType dt, const Shape& s) {
 std::string dump_dir() {
   const char* e = std::getenv("TESSEL_DUMP");
   return e ? e : "";
+}
+// Read once: a cached realization must not scan the environment. (Paths that
+// compile or schedule still read TESSEL_DUMP live, so setting it at run time
+// dumps every kernel compiled from then on.)
+bool dump_at_start() {
+  static const bool on = !dump_dir().empty();
+  return on;
 }
 
 void dump_file(const std::string& name, const std::string& text) {
@@ -120,14 +149,11 @@ cpujit::KernelFn* compiled(const kir::Kernel& k) {
     llvm::LLVMContext ctx;
     dump_file(symbol + ".ll", cpujit::module_text(*cpujit::emit_llvm(k, symbol, ctx)));
   }
-  {
-    std::lock_guard<std::mutex> l(g_stats_mu);
-    if (jk.origin == CacheOrigin::compiled) {
-      ++g_stats.kernels_compiled;
-      g_stats.compile_ms += jk.compile_ms;
-    } else if (jk.origin == CacheOrigin::disk) {
-      ++g_stats.kernels_from_disk;
-    }
+  if (jk.origin == CacheOrigin::compiled) {
+    bump(&AtomicStats::kernels_compiled);
+    g_stats.compile_ms.fetch_add(jk.compile_ms, std::memory_order_relaxed);
+  } else if (jk.origin == CacheOrigin::disk) {
+    bump(&AtomicStats::kernels_from_disk);
   }
   if (detail::trace_enabled("jit"))
     detail::trace_line("jit", fmt::format("kernel {}: {} (compile {:.2f} ms, load {:.2f} ms)", symbol,
@@ -141,18 +167,67 @@ cpujit::KernelFn* compiled(const kir::Kernel& k) {
   return fn;
 }
 
-// pass launch: rows [r0, r1) of a lowered kernel.
-void run_rows(const lower::Lowered& l, cpujit::KernelFn* fn, int64_t r0, int64_t r1) {
-  // Offsets travel in the launch arguments: pass each storage's element 0.
+// pass launch: rows [r0, r1) of a kernel over `bufs`.
+// Threads: a chunk of work should be worth a wake-up (tens of microseconds),
+// so a kernel runs on the calling thread, with no synchronization at all,
+// unless it has at least two chunks of kMinChunkElems domain elements.
+// Every output element is computed by exactly one call with the same code,
+// so results do not depend on the thread count.
+constexpr int64_t kMinChunkElems = int64_t{1} << 16;
+
+// The buffers a kernel reads: each storage's element 0 (offsets travel in the
+// launch arguments).
+struct BufPtrs {
   void* small[32];
   std::vector<void*> large;
-  void** bufs = small;
-  if (l.buffers.size() > std::size(small)) {
-    large.resize(l.buffers.size());
-    bufs = large.data();
+  void** ptrs = small;
+  explicit BufPtrs(size_t n) {
+    if (n > std::size(small)) {
+      large.resize(n);
+      ptrs = large.data();
+    }
   }
-  for (size_t i = 0; i < l.buffers.size(); ++i) bufs[i] = l.buffers[i].storage->data();
-  if (r1 > r0) fn(bufs, l.args.data(), r0, r1);
+};
+
+// Launches `fn` over all rows, split across the thread pool when large.
+// `args` is the kernel's launch-argument vector (kernel_ir.h); only a plain
+// elementwise kernel (reduce_rank 0) with few rows is split along its last
+// dim, which rewrites the dims and offsets of its store and load slots.
+void launch_kernel(cpujit::KernelFn* fn, void** bufs, const int64_t* args, size_t nargs, const kir::Kernel& k,
+                   int64_t rows) {
+  if (rows <= 0) return;
+  const size_t R = static_cast<size_t>(k.rank);
+  int64_t domain = 1;
+  for (size_t d = 0; d < R; ++d) domain *= args[d];
+  if (domain < 2 * kMinChunkElems) {
+    fn(bufs, args, 0, rows);
+    return;
+  }
+  const int64_t per_row = domain / rows;
+  const int64_t row_grain = std::max<int64_t>(1, (kMinChunkElems + per_row - 1) / per_row);
+  if (k.reduce_rank > 0 || rows / row_grain >= 2 * num_threads()) {
+    parallel_for(rows, row_grain, [&](int64_t b, int64_t e) { fn(bufs, args, b, e); });
+    return;
+  }
+  // Few long rows (a 1-D tensor is one row): split the last dim into windows.
+  const size_t slots = k.load_params.size() + 1;
+  const int64_t cols = args[R - 1];
+  const int64_t col_grain = std::max<int64_t>(1, kMinChunkElems / std::max<int64_t>(rows, 1));
+  parallel_for(cols, col_grain, [&](int64_t b, int64_t e) {
+    std::vector<int64_t> a(args, args + nargs);
+    a[R - 1] = e - b;
+    for (size_t sl = 0; sl < slots; ++sl) {
+      size_t base = k.slot_base(static_cast<int>(sl));
+      a[base] += b * a[base + R];  // offset += start * (stride of the last dim)
+    }
+    fn(bufs, a.data(), 0, rows);
+  });
+}
+
+void run_lowered(const lower::Lowered& l, cpujit::KernelFn* fn) {
+  BufPtrs bufs(l.buffers.size());
+  for (size_t i = 0; i < l.buffers.size(); ++i) bufs.ptrs[i] = l.buffers[i].storage->data();
+  launch_kernel(fn, bufs.ptrs, l.args.data(), l.args.size(), l.kernel, l.rows);
 }
 
 // A node the kernels do not compute, evaluated by the ref interpreter over
@@ -177,27 +252,48 @@ BufferView by_ref(const Node& n, const std::vector<BufferView>& args) {
 // BLAS writes a band, the epilogue reads it back while it is still in L2.
 constexpr int64_t kEpilogueBandBytes = 256 * 1024;
 
+// What one launch did, for the plan cache: the kernel, its arguments and the
+// storages it read and wrote.
+struct Recorded {
+  cpujit::KernelFn* fn;
+  const Node* node;  // null for copies
+  lower::Lowered l;
+};
+
 class CpuExecutor final : public exec::StepExecutor {
  public:
+  // Set while a realization is recorded for the plan cache; anything a plan
+  // cannot replay (copies, matmuls, fallbacks, views) clears `plannable`.
+  std::vector<Recorded>* record = nullptr;
+  bool plannable = true;
+
   BufferView alloc(DType t, const Shape& s) override { return alloc_dense(t, s); }
 
-  void launch(const lower::Lowered& l, exec::Role, const Node*) override {
-    run_rows(l, compiled(l.kernel), 0, l.rows);
-    bump(&CpuJitStats::kernels_launched);
+  void launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
+    cpujit::KernelFn* fn = compiled(l.kernel);
+    run_lowered(l, fn);
+    bump(&AtomicStats::kernels_launched);
+    if (record) {
+      if (node && (role == exec::Role::elementwise || role == exec::Role::reduce)) record->push_back({fn, node, l});
+      else plannable = false;
+    }
   }
 
   BufferView host_eval(const Node& n, const std::vector<BufferView>& args) override {
-    bump(&CpuJitStats::fallbacks);
+    plannable = false;
+    bump(&AtomicStats::fallbacks);
     return by_ref(n, args);
   }
 
   BufferView matmul(const Node& n, const std::vector<BufferView>& args) override {
-    bump(&CpuJitStats::matmuls);
+    plannable = false;
+    bump(&AtomicStats::matmuls);
     return by_ref(n, args);
   }
 
   void matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
                        const lower::Lowered& epi, const Node&) override {
+    plannable = false;
     cpujit::KernelFn* fn = compiled(epi.kernel);
     const Shape& sa = mm.args[0]->shape;
     const int64_t M = sa.dims[0], K = sa.dims[1], N = mm.shape.dims[1];
@@ -211,31 +307,334 @@ class CpuExecutor final : public exec::StepExecutor {
     auto at = [&](const BufferView& v) { return static_cast<std::byte*>(v.storage->data()) + v.offset * es; };
     int64_t band = M;
     if (gemm::uses_blas(mm.dtype, M, N, K)) band = std::max<int64_t>(8, kEpilogueBandBytes / std::max<int64_t>(N * es, 1));
-    for (int64_t r0 = 0; r0 < M; r0 += band) {
-      int64_t r1 = std::min(M, r0 + band);
-      gemm::rows(mm.dtype, a, b, at(a.v), at(b.v), at(out), M, N, K, r0, r1);
-      run_rows(epi, fn, r0, r1);
-    }
-    bump(&CpuJitStats::matmuls);
-    bump(&CpuJitStats::matmul_epilogues);
-    bump(&CpuJitStats::kernels_launched);
+    BufPtrs bufs(epi.buffers.size());
+    for (size_t i = 0; i < epi.buffers.size(); ++i) bufs.ptrs[i] = epi.buffers[i].storage->data();
+    // Bands are independent (disjoint rows of the product and of the
+    // epilogue's output): the pool runs them, each band's product and
+    // epilogue on one thread. One band (small products) runs inline.
+    const int64_t bands = (M + band - 1) / band;
+    parallel_for(bands, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) {
+        int64_t r0 = i * band, r1 = std::min(M, r0 + band);
+        gemm::rows(mm.dtype, a, b, at(a.v), at(b.v), at(out), M, N, K, r0, r1);
+        if (r1 > r0) fn(bufs.ptrs, epi.args.data(), r0, r1);
+      }
+    });
+    bump(&AtomicStats::matmuls);
+    bump(&AtomicStats::matmul_epilogues);
+    bump(&AtomicStats::kernels_launched);
   }
 
-  void on_view() override { bump(&CpuJitStats::views); }
+  void on_view() override {
+    plannable = false;
+    bump(&AtomicStats::views);
+  }
 };
+
+// ---- the plan cache -------------------------------------------------------
+// A loop realizes DAGs of the same form again and again. Scheduling and
+// lowering one again costs microseconds -- far more than launching a small
+// kernel -- so a realization made of fused kernels only is recorded as a plan:
+// per kernel the compiled function, its launch arguments, and where each
+// buffer comes from. The key holds everything scheduling and lowering read
+// (ops, dtypes, shapes, attributes, the DAG's sharing, which nodes need
+// gradients, leaves' offsets and strides and which leaves share storage,
+// which constants are equal), so a hit replays exactly the launches a fresh
+// schedule would make; only constant values, read from the nodes, and the
+// storages differ.
+
+constexpr size_t kMaxPlanNodes = 64;  // larger DAGs take the general path
+constexpr size_t kMaxPlans = 4096;    // beyond this, new forms are not planned
+
+// The bits a constant node travels as (kernel_ir.h); checked against the
+// recorded launch arguments, so a mismatch only costs the plan.
+int64_t constant_bits(const Node& n) {
+  const ir::ScalarValue& v = n.value;
+  switch (n.dtype) {
+    case DType::f32: case DType::f64: {
+      int64_t b;
+      std::memcpy(&b, &v.f, 8);
+      return b;
+    }
+    case DType::f16: return f32_to_f16(static_cast<float>(v.f));
+    case DType::bf16: return f32_to_bf16(static_cast<float>(v.f));
+    case DType::i64: return v.is_int ? v.i : static_cast<int64_t>(v.f);
+    case DType::i32: return static_cast<int32_t>(v.is_int ? v.i : static_cast<int64_t>(v.f));
+    case DType::b8: return v.is_int ? v.i != 0 : v.f != 0;
+  }
+  return 0;
+}
+
+struct PlanStep {
+  cpujit::KernelFn* fn = nullptr;
+  kir::Kernel kernel;                                   // for the launch shape (rank, slots)
+  std::vector<int64_t> args;                            // as recorded
+  std::vector<std::pair<uint32_t, uint32_t>> consts;    // (argument index, node with that constant's value)
+  std::vector<int32_t> bufs;                            // per param: node index (>= 0) or step output -1 - s
+  int64_t rows = 0;
+  size_t nbytes = 0;                                    // dense output
+};
+
+struct Plan {
+  std::vector<int64_t> key;
+  bool replayable = false;
+  std::vector<PlanStep> steps;
+  std::vector<std::tuple<uint32_t, uint32_t, Strides>> sets;  // (node, step, strides): the node's buffer
+};
+
+struct PlanCache {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::unique_ptr<Plan>> plans;  // by key hash; a colliding key is not planned
+};
+PlanCache& plan_cache() {
+  static PlanCache* c = new PlanCache;  // plans hold kernels that live as long as the process
+  return *c;
+}
+
+// The DAG below the roots in post-order (stopping at realized nodes, as the
+// topo pass does) and its key. Thread-local scratch: no allocation per call.
+struct Walk {
+  std::vector<Node*> order;
+  std::vector<std::pair<Node*, size_t>> stack;
+  std::vector<int64_t> key;
+
+  int index_of(const Node* n) const {
+    for (size_t i = order.size(); i-- > 0;)
+      if (order[i] == n) return static_cast<int>(i);
+    return -1;
+  }
+  bool seen(const Node* n) const {
+    if (index_of(n) >= 0) return true;
+    for (auto& [m, next] : stack)
+      if (m == n) return true;
+    return false;
+  }
+
+  // False when the DAG is too large to plan.
+  bool build(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) {
+    order.clear();
+    stack.clear();
+    key.clear();
+    for (const auto& r : roots) {
+      if (seen(r.get())) continue;
+      stack.push_back({r.get(), 0});
+      while (!stack.empty()) {
+        auto& [n, next] = stack.back();
+        if (!n->realized() && next < n->args.size()) {
+          Node* a = n->args[next++].get();
+          if (!seen(a)) stack.push_back({a, 0});
+          continue;
+        }
+        if (order.size() == kMaxPlanNodes) return false;
+        order.push_back(n);
+        stack.pop_back();
+      }
+    }
+    key.push_back(keep_grad_values);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Node& n = *order[i];
+      bool realized = n.realized();
+      key.push_back(static_cast<int64_t>(n.op) | static_cast<int64_t>(n.dtype) << 8 | int64_t{realized} << 16 |
+                    int64_t{n.requires_grad} << 17 | int64_t{n.keepdim} << 18 |
+                    static_cast<int64_t>(n.args.size()) << 20 | static_cast<int64_t>(n.shape.dims.size()) << 32 |
+                    static_cast<int64_t>(n.axes.size()) << 44);
+      key.insert(key.end(), n.shape.dims.begin(), n.shape.dims.end());
+      key.insert(key.end(), n.axes.begin(), n.axes.end());
+      if (realized) {
+        const BufferView& v = *n.buffer;
+        key.push_back(v.offset);
+        key.push_back(static_cast<int64_t>(v.strides.size()));
+        key.insert(key.end(), v.strides.begin(), v.strides.end());
+        size_t same = i;  // the first leaf over the same storage
+        for (size_t j = 0; j < i; ++j)
+          if (order[j]->realized() && order[j]->buffer->storage == v.storage) {
+            same = j;
+            break;
+          }
+        key.push_back(static_cast<int64_t>(same));
+      } else {
+        for (auto& a : n.args) key.push_back(index_of(a.get()));
+      }
+      if (n.op == Op::Constant) {  // values are arguments; which constants are equal is structure
+        size_t same = i;
+        int64_t bits = constant_bits(n);
+        for (size_t j = 0; j < i; ++j)
+          if (order[j]->op == Op::Constant && order[j]->dtype == n.dtype && constant_bits(*order[j]) == bits) {
+            same = j;
+            break;
+          }
+        key.push_back(static_cast<int64_t>(same));
+      }
+    }
+    key.push_back(static_cast<int64_t>(roots.size()));
+    for (const auto& r : roots) key.push_back(index_of(r.get()));
+    return true;
+  }
+};
+
+// A plan from a recorded realization; replayable stays false when some
+// buffer or constant cannot be traced back to the DAG.
+void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>& was_realized,
+               const std::vector<Recorded>& rec) {
+  auto leaf_of = [&](const Storage* st) -> int32_t {
+    for (size_t j = 0; j < order.size(); ++j)
+      if (was_realized[j] && order[j]->buffer->storage.get() == st) return static_cast<int32_t>(j);
+    return -1;
+  };
+  auto step_of = [&](const Storage* st, size_t upto) -> int32_t {
+    for (size_t s = 0; s < upto; ++s)
+      if (P.steps[s].nbytes && rec[s].l.buffers[0].storage.get() == st) return static_cast<int32_t>(s);
+    return -1;
+  };
+  for (size_t s = 0; s < rec.size(); ++s) {
+    const lower::Lowered& l = rec[s].l;
+    PlanStep st;
+    st.fn = rec[s].fn;
+    st.kernel = l.kernel;
+    st.args = l.args;
+    st.rows = l.rows;
+    const Node& n = *rec[s].node;
+    st.nbytes = static_cast<size_t>(std::max<int64_t>(n.numel(), 1)) * dtype_size(n.dtype);
+    if (l.buffers.empty() || l.buffers[0].storage->nbytes() < st.nbytes) return;
+    st.bufs.push_back(-1 - static_cast<int32_t>(s));
+    for (size_t p = 1; p < l.buffers.size(); ++p) {
+      const Storage* sp = l.buffers[p].storage.get();
+      int32_t src = leaf_of(sp);
+      if (src < 0) {
+        int32_t from = step_of(sp, s);
+        if (from < 0) return;
+        src = -1 - from;
+      }
+      st.bufs.push_back(src);
+    }
+    const size_t cb = l.kernel.const_base();
+    for (size_t c = 0; c < l.kernel.const_types.size(); ++c) {
+      int64_t bits = l.args[cb + c];
+      int found = -1;
+      for (size_t j = 0; j < order.size() && found < 0; ++j)
+        if (order[j]->op == Op::Constant && order[j]->dtype == l.kernel.const_types[c] &&
+            constant_bits(*order[j]) == bits)
+          found = static_cast<int>(j);
+      if (found < 0) return;
+      st.consts.push_back({static_cast<uint32_t>(cb + c), static_cast<uint32_t>(found)});
+    }
+    P.steps.push_back(std::move(st));
+  }
+  // The nodes this realization gave values: roots (and values kept for backward).
+  for (size_t j = 0; j < order.size(); ++j) {
+    if (was_realized[j] || !order[j]->realized()) continue;
+    const BufferView& v = *order[j]->buffer;
+    int32_t s = step_of(v.storage.get(), P.steps.size());
+    if (s < 0 || v.offset != 0 || v.strides != contiguous_strides(order[j]->shape)) return;
+    P.sets.emplace_back(static_cast<uint32_t>(j), static_cast<uint32_t>(s), v.strides);
+  }
+  P.replayable = true;
+}
+
+void replay(const Plan& P, const std::vector<Node*>& order) {
+  constexpr size_t kSmall = 8;
+  std::shared_ptr<Storage> small_outs[kSmall];
+  std::vector<std::shared_ptr<Storage>> large_outs;
+  std::shared_ptr<Storage>* outs = small_outs;
+  if (P.steps.size() > kSmall) {
+    large_outs.resize(P.steps.size());
+    outs = large_outs.data();
+  }
+  for (size_t s = 0; s < P.steps.size(); ++s) {
+    const PlanStep& st = P.steps[s];
+    outs[s] = Storage::allocate(st.nbytes);
+    BufPtrs bufs(st.bufs.size());
+    for (size_t p = 0; p < st.bufs.size(); ++p) {
+      int32_t b = st.bufs[p];
+      bufs.ptrs[p] = b >= 0 ? order[static_cast<size_t>(b)]->buffer->storage->data()
+                            : outs[static_cast<size_t>(-1 - b)]->data();
+    }
+    int64_t small_args[64];
+    std::vector<int64_t> large_args;
+    int64_t* args = small_args;
+    if (st.args.size() > std::size(small_args)) {
+      large_args.resize(st.args.size());
+      args = large_args.data();
+    }
+    std::copy(st.args.begin(), st.args.end(), args);
+    for (auto [pos, node] : st.consts) args[pos] = constant_bits(*order[node]);
+    launch_kernel(st.fn, bufs.ptrs, args, st.args.size(), st.kernel, st.rows);
+    bump(&AtomicStats::kernels_launched);
+  }
+  for (const auto& [node, step, strides] : P.sets) {
+    BufferView v;
+    v.storage = outs[step];
+    v.strides = strides;
+    order[node]->buffer = std::move(v);
+  }
+}
 
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
 
   void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override {
-    bump(&CpuJitStats::realizations);
+    bump(&AtomicStats::realizations);
+    // Traces and dumps describe every schedule: those runs take the general path.
+    const bool planning = !dump_at_start() && !detail::trace_enabled("jit");
+    thread_local Walk walk;
+    uint64_t hash = 0;
+    bool keyed = planning && walk.build(roots, keep_grad_values);
+    if (keyed) {
+      hash = XXH3_64bits(walk.key.data(), walk.key.size() * sizeof(int64_t));
+      // Plans are never dropped, so each thread remembers its last few
+      // without the cache's lock.
+      thread_local std::pair<uint64_t, const Plan*> recent[4] = {};
+      auto& slot = recent[hash & 3];
+      const Plan* hit = slot.first == hash ? slot.second : nullptr;
+      if (!hit) {
+        PlanCache& C = plan_cache();
+        std::lock_guard<std::mutex> l(C.mu);
+        auto it = C.plans.find(hash);
+        if (it != C.plans.end()) hit = it->second.get();
+      }
+      if (hit && hit->key != walk.key) {
+        hit = nullptr;
+        keyed = false;  // a hash collision: this form is not planned
+      }
+      if (hit) slot = {hash, hit};
+      if (hit && hit->replayable) {
+        replay(*hit, walk.order);
+        return;
+      }
+      if (hit) keyed = false;  // known not to be replayable
+    }
     sched::Schedule S = sched::schedule(roots, {.max_inputs = 16, .keep_grad_values = keep_grad_values});
     static std::atomic<int> dump_seq{0};
     if (!dump_dir().empty())
       dump_file(fmt::format("schedule_{}.txt", dump_seq++), ir::to_string(roots) + "\n" + S.to_string());
     CpuExecutor ex;
+    std::vector<Recorded> rec;
+    std::vector<bool> was_realized;
+    // This realization's own copy of the walk: the thread's scratch is reused
+    // by any realization a launch might make.
+    std::vector<Node*> order;
+    std::vector<int64_t> key;
+    bool kernels_only = keyed;
+    if (keyed) {
+      for (const sched::Step& st : S.steps)
+        kernels_only = kernels_only && (st.kind == sched::StepKind::Kernel || st.kind == sched::StepKind::Reduce) &&
+                       !st.epilogue;
+      if (kernels_only) ex.record = &rec;
+      order = walk.order;
+      key = walk.key;
+      was_realized.reserve(order.size());
+      for (Node* n : order) was_realized.push_back(n->realized());
+    }
     exec::run_schedule(ex, roots, S, keep_grad_values);
+    if (!keyed) return;
+    // Forms that cannot be replayed are remembered too, so they are not recorded again.
+    auto plan = std::make_unique<Plan>();
+    plan->key = std::move(key);
+    if (kernels_only && ex.plannable) make_plan(*plan, order, was_realized, rec);
+    PlanCache& C = plan_cache();
+    std::lock_guard<std::mutex> l(C.mu);
+    if (C.plans.size() < kMaxPlans) C.plans.emplace(hash, std::move(plan));
   }
 };
 
