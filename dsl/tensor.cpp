@@ -554,8 +554,10 @@ const Tensor& Tensor::assign_(const Tensor& value) const {
   val.eval();
   const ir::BufferView& dst = buffer();
   realize_readers_of(dst.storage.get());
-  if (!device().is_cpu()) throw DeviceError("in-place writes to device tensors need the CUDA backend");
-  strided_copy(dst, val.buffer(), dtype(), shape());
+  if (device().is_cpu())
+    strided_copy(dst, val.buffer(), dtype(), shape());
+  else
+    cuda_copy_into(device().index, dst, val.buffer(), dtype(), shape());
   dst.storage->bump_version();
   return *this;
 }

@@ -9,9 +9,11 @@
 #include <string>
 #include <unordered_map>
 
+#include "codegen/blas/gemm.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/executor.h"
 #include "codegen/schedule.h"
+#include "runtime/cuda/cublas.h"
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/nvrtc.h"
@@ -53,6 +55,66 @@ void realize_steps(Executor& ex, const std::vector<ir::NodePtr>& roots, bool kee
   exec::run_schedule(ex, roots, S, keep_grad_values);
 }
 
+void copy_into(Executor& ex, const BufferView& dst, const BufferView& src, DType t, const Shape& s) {
+  if (s.numel() <= 0) return;
+  BufferView from = src;
+  if (src.storage == dst.storage) {
+    if (src.offset == dst.offset && src.strides == dst.strides) return;  // x.copy_(x)
+    // Threads would read elements others already overwrote.
+    from = exec::dense_copy(ex, t, s, src);
+  }
+  lower::Lowered l = lower::lower_copy(t, s, from, dst);
+  lower::coalesce(l);
+  ex.launch(l);
+}
+
+std::optional<BlasEpilogue> blas_epilogue(const lower::Lowered& epi, const BufferView& product) {
+  const kir::Kernel& k = epi.kernel;
+  if (k.reduce != kir::ReduceKind::None || k.rank != 2 || k.value < 0 || epi.args.size() != k.num_args()) return {};
+  const DType t = k.params[0].dtype;
+  const int64_t M = epi.args[0], N = epi.args[1];
+  // Does slot `slot` (0: the store) walk [M, N] with these strides?
+  auto walks = [&](int slot, int64_t row, int64_t col) {
+    const size_t b = k.slot_base(slot);
+    return (M == 1 || epi.args[b + 1] == row) && (N == 1 || epi.args[b + 2] == col);
+  };
+  if (!walks(0, N, 1)) return {};
+  auto stmt = [&](int i) -> const kir::Stmt& { return k.body[static_cast<size_t>(i)]; };
+  auto load_of = [&](const kir::Stmt& st) -> const BufferView* {
+    if (st.kind != kir::StmtKind::Load || st.dtype != t) return nullptr;
+    const int p = k.load_params[static_cast<size_t>(st.slot)];
+    return k.params[static_cast<size_t>(p)].dtype == t ? &epi.buffers[static_cast<size_t>(p)] : nullptr;
+  };
+  auto is_product = [&](const kir::Stmt& st) {
+    const BufferView* v = load_of(st);
+    return v && v->storage == product.storage && epi.args[k.slot_base(st.slot + 1)] == product.offset &&
+           walks(st.slot + 1, N, 1);
+  };
+  auto is_bias = [&](const kir::Stmt& st) {
+    const BufferView* v = load_of(st);
+    return v && v->storage != product.storage && walks(st.slot + 1, 0, 1);
+  };
+  const kir::Stmt* v = &stmt(k.value);
+  if (v->dtype != t) return {};
+  bool relu = false;
+  if (v->kind == kir::StmtKind::Op && v->op == Op::Relu) {
+    relu = true;
+    v = &stmt(v->args[0]);
+  }
+  if (is_product(*v)) {
+    if (!relu) return {};  // a plain copy is no epilogue
+    return BlasEpilogue{cuda::GemmEpilogue::relu, {}};
+  }
+  if (v->kind != kir::StmtKind::Op || v->op != Op::Add || v->dtype != t) return {};
+  const kir::Stmt &x = stmt(v->args[0]), &y = stmt(v->args[1]);
+  const kir::Stmt* b = is_product(x) && is_bias(y) ? &y : is_product(y) && is_bias(x) ? &x : nullptr;
+  if (!b) return {};
+  BufferView bias = *load_of(*b);
+  bias.offset = epi.args[k.slot_base(b->slot + 1)];
+  bias.strides = {1};
+  return BlasEpilogue{relu ? cuda::GemmEpilogue::bias_relu : cuda::GemmEpilogue::bias, std::move(bias)};
+}
+
 }  // namespace cudagen
 
 // ------------------------------------------------------------ the device
@@ -87,6 +149,26 @@ BufferView alloc_on(Device d, DType t, const Shape& s) {
 struct Loaded {
   cuda::Module module;
   cuda::CUfunction fn = nullptr;
+  // The variants (cuda_emitter.h); null where the module lacks them (an
+  // ahead-of-time image older than they are): then only the plain kernel runs.
+  cuda::CUfunction vec = nullptr, part = nullptr, fin = nullptr;
+
+  void resolve(const std::string& name, const kir::Kernel& k) {
+    fn = module.function(name.c_str());
+    auto optional = [&](cudagen::Variant v) -> cuda::CUfunction {
+      try {
+        return module.function(cudagen::variant_name(name, v).c_str());
+      } catch (const DeviceError&) {
+        return nullptr;
+      }
+    };
+    if (k.reduce == kir::ReduceKind::None) {
+      vec = optional(cudagen::Variant::vector);
+    } else {
+      part = optional(cudagen::Variant::partial);
+      fin = part ? optional(cudagen::Variant::finish) : nullptr;
+    }
+  }
 };
 
 struct DeviceState {
@@ -123,21 +205,19 @@ DeviceState& device_state(int ordinal) {
   return *s;
 }
 
-cuda::CUfunction compiled(DeviceState& ds, const kir::Kernel& k) {
+const Loaded& compiled(DeviceState& ds, const kir::Kernel& k) {
   std::string text = k.text();
   std::lock_guard<std::mutex> l(ds.mu);
-  if (auto it = ds.kernels.find(text); it != ds.kernels.end()) return it->second->fn;
+  if (auto it = ds.kernels.find(text); it != ds.kernels.end()) return *it->second;
   // Kernels linked in ahead of time (codegen/aot) come first; with TESSEL_JIT=off nothing else may.
   if (const precompiled::Entry* pk = precompiled::find(text)) {
     if (const precompiled::CudaImage* img = precompiled::best_cuda_image(*pk, ds.arch); img && !pk->cuda_name.empty()) {
       auto loaded = std::make_unique<Loaded>();
       loaded->module = img->cubin ? cuda::Module::load_cubin(ds.ordinal, std::span<const char>(img->data, img->size))
                                   : cuda::Module::load_ptx(ds.ordinal, std::string_view(img->data, img->size));
-      loaded->fn = loaded->module.function(std::string(pk->cuda_name).c_str());
+      loaded->resolve(std::string(pk->cuda_name), k);
       precompiled::note_hit(true);
-      cuda::CUfunction fn = loaded->fn;
-      ds.kernels.emplace(std::move(text), std::move(loaded));
-      return fn;
+      return *ds.kernels.emplace(std::move(text), std::move(loaded)).first->second;
     }
   }
   if (precompiled::jit_disabled()) precompiled::throw_jit_disabled("cuda", text);
@@ -174,10 +254,8 @@ cuda::CUfunction compiled(DeviceState& ds, const kir::Kernel& k) {
   auto loaded = std::make_unique<Loaded>();
   loaded->module = opts.cubin ? cuda::Module::load_cubin(ds.ordinal, std::span<const char>(image->data(), image->size()))
                               : cuda::Module::load_ptx(ds.ordinal, std::string_view(image->data()));
-  loaded->fn = loaded->module.function(src.name.c_str());
-  cuda::CUfunction fn = loaded->fn;
-  ds.kernels.emplace(std::move(text), std::move(loaded));
-  return fn;
+  loaded->resolve(src.name, k);
+  return *ds.kernels.emplace(std::move(text), std::move(loaded)).first->second;
 }
 
 // Pinned host memory for staging copies, grown on demand; one at a time.
@@ -221,6 +299,8 @@ void host_gather(std::byte* dst, const BufferView& v, DType t, const Shape& s) {
   }
 }
 
+cuda::CUdeviceptr dptr(const BufferView& v, DType t) { return reinterpret_cast<cuda::CUdeviceptr>(v.bytes(t)); }
+
 class DeviceExecutor final : public cudagen::Executor {
  public:
   explicit DeviceExecutor(int ordinal) : ds_(device_state(ordinal)), dev_(gpu(ordinal)) {}
@@ -228,14 +308,37 @@ class DeviceExecutor final : public cudagen::Executor {
   BufferView alloc(DType t, const Shape& s) override { return alloc_on(dev_, t, s); }
 
   void launch(const lower::Lowered& l) override {
-    cudagen::LaunchShape shape = cudagen::launch_shape(l.kernel, l.args, ds_.max_blocks);
-    if (shape.empty) return;
-    cuda::CUfunction fn = compiled(ds_, l.kernel);
     std::vector<const void*> bufs;
     for (const BufferView& v : l.buffers) bufs.push_back(v.storage->data());
+    cudagen::LaunchLimits limits{.max_blocks = ds_.max_blocks};
+    cudagen::LaunchShape shape = cudagen::launch_shape(l.kernel, l.args, bufs, limits);
+    if (shape.empty) return;
+    const Loaded& k = compiled(ds_, l.kernel);
+    if ((shape.vector > 1 && !k.vec) || (shape.splits > 1 && !(k.part && k.fin)))
+      shape = cudagen::launch_shape(l.kernel, l.args, ds_.max_blocks);  // a module without the variants
     std::vector<std::byte> packed = cudagen::pack_args(l.kernel, bufs, l.args);
-    void* params[] = {packed.data()};
-    cuda::launch_kernel(fn, {shape.grid}, {shape.block_x, shape.block_y}, 0, nullptr, params);
+    if (shape.splits > 1) {
+      // Partials in the accumulator dtype (8 bytes), stream-ordered: the
+      // allocator hands the block out again only to later work on this stream.
+      cuda::CachingDeviceAllocator& alloc = cuda::device_allocator(ds_.ordinal);
+      cuda::CUdeviceptr partials = alloc.allocate(static_cast<size_t>(shape.partials) * 8, nullptr);
+      int64_t splits = shape.splits;
+      void* params[] = {packed.data(), &partials, &splits};
+      try {
+        cuda::launch_kernel(k.part, {shape.grid}, {shape.block_x, 1}, 0, nullptr, params);
+        cuda::launch_kernel(k.fin, {shape.finish_grid}, {shape.finish_block, 1}, 0, nullptr, params);
+      } catch (...) {
+        alloc.deallocate(partials);
+        throw;
+      }
+      alloc.deallocate(partials);
+      bump(&CudaStats::split_launches);
+    } else {
+      void* params[] = {packed.data()};
+      cuda::launch_kernel(shape.vector > 1 ? k.vec : k.fn, {shape.grid}, {shape.block_x, shape.block_y}, 0, nullptr,
+                          params);
+      if (shape.vector > 1) bump(&CudaStats::vector_launches);
+    }
     bump(&CudaStats::kernels_launched);
   }
 
@@ -248,9 +351,86 @@ class DeviceExecutor final : public cudagen::Executor {
     return copy_between_devices(r, n.dtype, n.shape, cpu(), dev_);
   }
 
+  BufferView matmul(const Node& n, const std::vector<BufferView>& args) override {
+    if (!on_blas(n)) return host_eval(n, args);
+    BufferView out = alloc(n.dtype, n.shape);
+    blas_product(n, args, out, cuda::GemmEpilogue::none, 0);
+    return out;
+  }
+
+  void matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
+                       const lower::Lowered& epi, const Node& epi_node) override {
+    if (!on_blas(mm)) {
+      exec::StepExecutor::matmul_epilogue(mm, args, out, epi, epi_node);  // product on the host
+      return;
+    }
+    // cuBLASLt writes the epilogue's result straight into its buffer and the
+    // product itself nowhere: only where nothing (backward) may read the
+    // product later. Its ReLU maps NaN to 0 where tessel's keeps NaN.
+    if (std::optional<cudagen::BlasEpilogue> e = cudagen::blas_epilogue(epi, out); e && !mm.requires_grad) {
+      const cuda::CUdeviceptr bias = e->bias.storage ? dptr(e->bias, mm.dtype) : 0;
+      blas_product(mm, args, epi.buffers[0], e->kind, bias);
+      return;
+    }
+    blas_product(mm, args, out, cuda::GemmEpilogue::none, 0);
+    launch(epi);
+  }
+
  private:
   DeviceState& ds_;
   Device dev_;
+
+  // Whether `n` runs on cuBLASLt: f32/f64 with something to sum, and the library there.
+  static bool on_blas(const Node& n) {
+    if (n.dtype != DType::f32 && n.dtype != DType::f64) return false;
+    const Shape& sa = n.args[0]->shape;
+    if (sa.dims.back() < 1) return false;
+    if (cuda::cublaslt_available()) return true;
+    static std::once_flag once;
+    std::call_once(once, [] {
+      if (detail::trace_enabled("jit"))
+        detail::trace_line("jit", "cuda matmuls run on the host: " + cuda::cublaslt_unavailable_reason());
+    });
+    return false;
+  }
+
+  // C = epilogue(A @ B) for each batch element, into dense `c`.
+  void blas_product(const Node& n, std::vector<BufferView> args, const BufferView& c, cuda::GemmEpilogue e,
+                    cuda::CUdeviceptr bias) {
+    const DType t = n.dtype;
+    const size_t R = n.shape.dims.size();
+    const int64_t M = n.shape.dims[R - 2], N = n.shape.dims[R - 1], K = n.args[0]->shape.dims[R - 1];
+    std::optional<gemm::Operand> op[2];
+    for (size_t i = 0; i < 2; ++i) {
+      op[i] = gemm::operand(n.args[i]->shape, args[i]);
+      if (!op[i]) {  // neither axis contiguous: a dense copy, by a kernel
+        args[i] = exec::dense_copy(*this, t, n.args[i]->shape, args[i]);
+        op[i] = gemm::operand(n.args[i]->shape, args[i]);
+      }
+    }
+    const int64_t es = static_cast<int64_t>(dtype_size(t));
+    const auto base_a = dptr(args[0], t), base_b = dptr(args[1], t), base_c = dptr(c, t);
+    // Batch elements in row-major order; operands step by their batch strides (0 where broadcast).
+    int64_t batches = 1;
+    for (size_t d = 0; d + 2 < R; ++d) batches *= n.shape.dims[d];
+    std::vector<int64_t> idx(R - 2, 0);
+    for (int64_t bi = 0; bi < batches; ++bi) {
+      int64_t oa = 0, ob = 0;
+      for (size_t d = 0; d < idx.size(); ++d) {
+        oa += idx[d] * args[0].strides[d];
+        ob += idx[d] * args[1].strides[d];
+      }
+      cuda::gemm(ds_.ordinal, nullptr, t, M, N, K, {base_a + static_cast<cuda::CUdeviceptr>(oa * es), op[0]->ld, op[0]->trans},
+                 {base_b + static_cast<cuda::CUdeviceptr>(ob * es), op[1]->ld, op[1]->trans},
+                 base_c + static_cast<cuda::CUdeviceptr>(bi * M * N * es), N, e, bias);
+      bump(&CudaStats::blas_matmuls);
+      if (e != cuda::GemmEpilogue::none) bump(&CudaStats::blas_epilogues);
+      for (size_t d = idx.size(); d-- > 0;) {
+        if (++idx[d] < n.shape.dims[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
 };
 
 // A dense device copy of a strided device view (a copy kernel), or the view itself.
@@ -271,7 +451,6 @@ void hook_free(void* p, size_t, int device) {
   cuda::device_allocator(device).deallocate(reinterpret_cast<cuda::CUdeviceptr>(p));
 }
 
-cuda::CUdeviceptr dptr(const BufferView& v, DType t) { return reinterpret_cast<cuda::CUdeviceptr>(v.bytes(t)); }
 
 }  // namespace
 
@@ -297,6 +476,16 @@ void cuda_realize(int device, const std::vector<ir::NodePtr>& roots, bool keep_g
   bump(&CudaStats::realizations);
   DeviceExecutor ex(device);
   cudagen::realize_steps(ex, roots, keep_grad_values);
+}
+
+void cuda_copy_into(int device, const BufferView& dst, const BufferView& src, DType t, const Shape& s) {
+  check_device_exists(gpu(device));
+  if (!cuda::nvrtc_available())
+    throw CompileError(fmt::format("cannot write into a tensor on cuda:{}: this build of tessel has no NVRTC", device));
+  install_cuda_storage_hooks();
+  cuda::set_device(device);
+  DeviceExecutor ex(device);
+  cudagen::copy_into(ex, dst, src, t, s);
 }
 
 BufferView copy_between_devices(const BufferView& v, DType t, const Shape& s, Device from, Device to) {

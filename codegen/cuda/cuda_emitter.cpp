@@ -172,6 +172,7 @@ std::string const_value(DType t, size_t arg) {
 }
 
 struct Writer {
+  explicit Writer(const kir::Kernel& kernel) : k(kernel) {}
   const kir::Kernel& k;
   std::string out;
   int indent = 1;
@@ -616,7 +617,7 @@ unsigned vector_width(const kir::Kernel& k) {
 
 std::string emit_cuda_body(const kir::Kernel& k, const std::string& name) {
   if (k.params.empty() || k.value < 0 || k.rank < 1) throw InternalError("emit_cuda: malformed kernel\n" + k.text());
-  Writer w{k, {}};
+  Writer w(k);
   w.emit(name);
   return std::move(w.out);
 }

@@ -7,6 +7,8 @@
 // through the launch rule the device uses, so both elementwise variants
 // (plain, vectorized) and both reduction paths (one pass, split across
 // blocks) run; a second pass forces splits down to two-element reductions.
+// The copy kernels of in-place writes (cudagen::copy_into) run into strided,
+// offset and overlapping destinations.
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -15,8 +17,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "host_executors.h"
 #include "random_trees.h"
@@ -97,6 +103,26 @@ std::string compare(const NodePtr& got, const NodePtr& want) {
   return "";
 }
 
+// The kernels in a shared object built from the emulation source by the host
+// compiler; the source is removed again, the library stays loaded.
+void* compile_emulated(const std::map<std::string, tessel::kir::Kernel>& kernels, const std::string& tag) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / fmt::format("tessel_emu_{}_{}", getpid(), tag);
+  fs::create_directories(dir);
+  std::ofstream(dir / "kernels.cpp") << emulation_source(kernels);
+  std::string cmd = fmt::format("{} -std=c++20 -O1 -shared -fPIC -I{} -o {} {} 2> {}", TESSEL_HOST_CXX, TESSEL_EMU_INCLUDE,
+                                (dir / "kernels.so").string(), (dir / "kernels.cpp").string(), (dir / "log.txt").string());
+  if (std::system(cmd.c_str()) != 0) {
+    std::ifstream log(dir / "log.txt");
+    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    FAIL("host compile of the generated kernels failed (" << (dir / "kernels.cpp").string() << "):\n" << text.substr(0, 6000));
+  }
+  void* so = dlopen((dir / "kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(so != nullptr);
+  fs::remove_all(dir);
+  return so;
+}
+
 }  // namespace
 
 TEST_CASE("generated CUDA kernels of random trees run in the host emulation and match the ref backend",
@@ -115,22 +141,7 @@ TEST_CASE("generated CUDA kernels of random trees run in the host emulation and 
   REQUIRE(collect.kernels.size() >= 100);
 
   // 2. One host compile of all of them.
-  namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / fmt::format("tessel_emu_{}_{}", getpid(), seed);
-  fs::create_directories(dir);
-  {
-    std::ofstream(dir / "kernels.cpp") << emulation_source(collect.kernels);
-  }
-  std::string cmd = fmt::format("{} -std=c++20 -O1 -shared -fPIC -I{} -o {} {} 2> {}", TESSEL_HOST_CXX, TESSEL_EMU_INCLUDE,
-                                (dir / "kernels.so").string(), (dir / "kernels.cpp").string(), (dir / "log.txt").string());
-  int rc = std::system(cmd.c_str());
-  if (rc != 0) {
-    std::ifstream log(dir / "log.txt");
-    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-    FAIL("host compile of the generated kernels failed (" << (dir / "kernels.cpp").string() << "):\n" << text.substr(0, 6000));
-  }
-  void* so = dlopen((dir / "kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
-  REQUIRE(so != nullptr);
+  void* so = compile_emulated(collect.kernels, fmt::format("trees_{}", seed));
   auto t1 = std::chrono::steady_clock::now();
 
   // 3. Every case through the emulated kernels, against ref: with the
@@ -185,5 +196,107 @@ TEST_CASE("generated CUDA kernels of random trees run in the host emulation and 
   CHECK(default_split >= 3);
   CHECK(forced.split_launches >= 40);
   dlclose(so);
-  fs::remove_all(dir);
+}
+
+namespace {
+
+// A view over its own storage of `elems` elements, each holding its index + 0.5 (as t).
+BufferView numbered(DType t, int64_t elems, int64_t offset, tessel::Strides strides, double base) {
+  BufferView v = host_alloc(t, Shape({elems}));
+  for (int64_t i = 0; i < elems; ++i) {
+    std::byte* p = static_cast<std::byte*>(v.storage->data()) + i * static_cast<int64_t>(tessel::dtype_size(t));
+    const double x = base + static_cast<double>(i) + 0.5;
+    if (t == DType::f32) { float f = static_cast<float>(x); std::memcpy(p, &f, 4); }
+    else if (t == DType::f64) std::memcpy(p, &x, 8);
+    else { int64_t k = static_cast<int64_t>(x); std::memcpy(p, &k, 8); }
+  }
+  v.offset = offset;
+  v.strides = std::move(strides);
+  return v;
+}
+
+double element(const BufferView& storage_view, DType t, int64_t at) {
+  const std::byte* p = static_cast<const std::byte*>(storage_view.storage->data()) + at * static_cast<int64_t>(tessel::dtype_size(t));
+  if (t == DType::f32) { float f; std::memcpy(&f, p, 4); return f; }
+  if (t == DType::f64) { double d; std::memcpy(&d, p, 8); return d; }
+  int64_t k; std::memcpy(&k, p, 8); return static_cast<double>(k);
+}
+
+struct CopyCase {
+  std::string what;
+  DType t;
+  Shape s;
+  BufferView dst, src;
+  int64_t dst_elems;
+};
+
+// Destinations: dense, transposed, a stepped window at an offset, 0-d, a long
+// dense vector (the vectorized copy); sources dense, transposed, broadcast,
+// and the destination's own storage read transposed (overlap).
+std::vector<CopyCase> copy_cases() {
+  std::vector<CopyCase> c;
+  for (DType t : {DType::f32, DType::f64, DType::i64}) {
+    const std::string tn(tessel::dtype_name(t));
+    c.push_back({tn + " dense <- transposed", t, Shape({33, 31}), numbered(t, 33 * 31, 0, {31, 1}, 1000),
+                 numbered(t, 31 * 33, 0, {1, 33}, 0), 33 * 31});
+    c.push_back({tn + " transposed <- dense", t, Shape({33, 31}), numbered(t, 31 * 33, 0, {1, 33}, 1000),
+                 numbered(t, 33 * 31, 0, {31, 1}, 0), 33 * 31});
+    // Every other element of every other row of a [67, 63] buffer, from (1, 1).
+    c.push_back({tn + " stepped window <- broadcast row", t, Shape({33, 31}), numbered(t, 67 * 63, 63 + 1, {2 * 63, 2}, 1000),
+                 numbered(t, 31, 0, {0, 1}, 0), 67 * 63});
+    c.push_back({tn + " 0-d", t, Shape(std::vector<int64_t>{}), numbered(t, 3, 2, {}, 1000), numbered(t, 1, 0, {}, 0), 3});
+    c.push_back({tn + " 1000004 dense", t, Shape({1000004}), numbered(t, 1000004, 0, {1}, 1000), numbered(t, 1000004, 0, {1}, 0),
+                 1000004});
+    BufferView square = numbered(t, 32 * 32, 0, {32, 1}, 0);
+    BufferView square_t = square;
+    square_t.strides = {1, 32};
+    c.push_back({tn + " x.copy_(x.t())", t, Shape({32, 32}), square, square_t, 32 * 32});
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("in-place writes into views: the generated copy kernels run in the host emulation", "[emulated-cuda]") {
+  CollectExecutor collect;
+  for (const CopyCase& c : copy_cases()) tessel::cudagen::copy_into(collect, c.dst, c.src, c.t, c.s);
+  REQUIRE(collect.kernels.size() >= 3);  // a copy kernel per dtype at least (coalescing merges ranks)
+  void* so = compile_emulated(collect.kernels, "copies");
+  EmulatedExecutor emu;
+  emu.lookup = [&](const std::string& name) { return dlsym(so, ("emu_" + name).c_str()); };
+  for (const CopyCase& c : copy_cases()) {
+    INFO(c.what);
+    // Expected storage: the destination's elements replaced by the source's
+    // values as they were before the write, every other element untouched.
+    std::vector<double> want(static_cast<size_t>(c.dst_elems));
+    for (int64_t i = 0; i < c.dst_elems; ++i) want[static_cast<size_t>(i)] = element(c.dst, c.t, i);
+    const size_t R = c.s.dims.size();
+    std::vector<int64_t> idx(R, 0);
+    for (int64_t k = 0; k < c.s.numel(); ++k) {
+      int64_t od = c.dst.offset, os = c.src.offset;
+      for (size_t d = 0; d < R; ++d) {
+        od += idx[d] * c.dst.strides[d];
+        os += idx[d] * c.src.strides[d];
+      }
+      want[static_cast<size_t>(od)] = element(c.src, c.t, os);
+      for (size_t d = R; d-- > 0;) {
+        if (++idx[d] < c.s.dims[d]) break;
+        idx[d] = 0;
+      }
+    }
+    const int before = emu.launches;
+    tessel::cudagen::copy_into(emu, c.dst, c.src, c.t, c.s);
+    CHECK(emu.launches == before + (c.dst.storage == c.src.storage ? 2 : 1));  // overlap: copied aside first
+    for (int64_t i = 0; i < c.dst_elems; ++i)
+      if (element(c.dst, c.t, i) != want[static_cast<size_t>(i)])
+        FAIL("storage element " << i << ": " << element(c.dst, c.t, i) << ", want " << want[static_cast<size_t>(i)]);
+  }
+  CHECK(emu.vector_launches >= 4);  // the long dense copies and the dense <- overlap copies
+  // Writing a view onto itself is no work.
+  for (const CopyCase& c : copy_cases()) {
+    const int before = emu.launches;
+    tessel::cudagen::copy_into(emu, c.dst, c.dst, c.t, c.s);
+    CHECK(emu.launches == before);
+  }
+  dlclose(so);
 }

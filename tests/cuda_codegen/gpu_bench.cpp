@@ -1,7 +1,8 @@
 // GPU figures for scripts/gpu-check.sh (not a test): a fused elementwise
-// chain's bandwidth against a device-to-device copy of the same bytes, and an
-// MLP forward through tessel against the same two GEMMs in cuBLAS alone
-// (libcublas loaded at run time). Prints "gpu-bench: ..." lines.
+// chain's bandwidth against a device-to-device copy of the same bytes, a full
+// sum (a reduction split across blocks) against the same copy, and an MLP
+// forward through tessel (cuBLASLt, epilogues fused) against the same two
+// GEMMs in cuBLAS alone (libcublas loaded at run time). Prints "gpu-bench: ..." lines.
 #include <dlfcn.h>
 
 #include <chrono>
@@ -42,6 +43,11 @@ int main() {
   const double gb = 2.0 * static_cast<double>(n) * 4 / 1e9;  // read + write
   std::printf("gpu-bench: fused 5-op chain %.1f GB/s vs device-to-device copy %.1f GB/s (%.0f%%)\n", gb / fused * 1e3,
               gb / copy * 1e3, 100.0 * copy / fused);
+  CudaStats s0 = cuda_stats();
+  double sum = time_ms(10, [&] { Tensor s = x.sum(); s.eval(); });
+  const uint64_t splits = cuda_stats().split_launches - s0.split_launches;
+  std::printf("gpu-bench: full sum of 2^26 f32 %.1f GB/s read (%s) vs copy %.1f GB/s\n", gb / 2 / sum * 1e3,
+              splits ? "split across blocks" : "one block", gb / 2 / copy * 1e3);
 
   const int64_t B = 4096, D = 1024, H = 4096;
   Tensor X = randn({B, D}).cuda(), W1 = randn({D, H}).cuda(), b1 = randn({H}).cuda(), W2 = randn({H, D}).cuda(),
@@ -51,8 +57,19 @@ int main() {
     Tensor y = h.matmul(W2) + b2;
     y.eval();
   });
-  std::printf("gpu-bench: MLP forward %lldx%lld->%lld->%lld f32 through tessel: %.2f ms\n", (long long)B, (long long)D,
-              (long long)H, (long long)D, mlp);
+  s0 = cuda_stats();
+  {
+    Tensor h = Tensor(X.matmul(W1) + b1).relu();
+    Tensor y = h.matmul(W2) + b2;
+    y.eval();
+  }
+  CudaStats s1 = cuda_stats();
+  std::printf("gpu-bench: MLP forward %lldx%lld->%lld->%lld f32 through tessel: %.2f ms (%llu cuBLASLt products, %llu "
+              "with the epilogue fused, %llu host round trips)\n",
+              (long long)B, (long long)D, (long long)H, (long long)D, mlp,
+              (unsigned long long)(s1.blas_matmuls - s0.blas_matmuls),
+              (unsigned long long)(s1.blas_epilogues - s0.blas_epilogues),
+              (unsigned long long)(s1.host_evals - s0.host_evals));
   void* lib = dlopen("libcublas.so.13", RTLD_NOW);
   if (!lib) lib = dlopen("libcublas.so", RTLD_NOW);
   if (!lib) {
