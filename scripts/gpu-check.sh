@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The check to run on a machine with an NVIDIA GPU and CUDA 13 (no network
 # needed): configure and build tessel in Release in build-gpu/, run the tests
-# labelled gpu or nvrtc, measure the GPU figures (fused elementwise chain vs a
-# device-to-device copy; MLP forward vs cuBLAS alone), print one summary line. Ends within 8 minutes: each
-# stage gets what is left of the budget.
+# labelled gpu, driver or nvrtc (the backend against ref, split reductions,
+# vectorized kernels, cuBLASLt products and fused epilogues, in-place writes
+# and optimizer steps on the device, cuBLASLt loading), measure the GPU
+# figures (fused elementwise chain and a full sum vs a device-to-device copy;
+# MLP forward vs cuBLAS alone), print one summary line. Ends within 8
+# minutes: each stage gets what is left of the budget.
 #
 #   scripts/gpu-check.sh
 #   BUILD_DIR=/tmp/tessel-gpu JOBS=16 scripts/gpu-check.sh
@@ -74,6 +77,12 @@ nvrtc_bin=$(find "$build" -name nvrtc_tests -type f -perm -u+x | head -1)
 if [[ -n "$nvrtc_bin" ]] && (($(left) > 20)); then
   timing=$(timeout 20 "$nvrtc_bin" "[timing]" 2>/dev/null | grep -o "median compile of a small kernel: .*" | head -1)
 fi
+# The cuBLASLt the products ran on.
+cublaslt=""
+cublaslt_bin=$(find "$build" -name cublaslt_load -type f -perm -u+x | head -1)
+if [[ -n "$cublaslt_bin" ]] && (($(left) > 20)); then
+  cublaslt=$(timeout 20 "$cublaslt_bin" "cuBLASLt loads*" 2>/dev/null | grep -o "^cuBLASLt [0-9]* from .*" | head -1)
+fi
 # GPU figures (tests/cuda_codegen/gpu_bench.cpp).
 bench=""
 bench_bin=$(find "$build" -name cuda_gpu_bench -type f -perm -u+x | head -1)
@@ -88,7 +97,7 @@ if grep -q "no GPU: skipped" "$build"/Testing/Temporary/LastTest.log 2>/dev/null
   skipped=" (gpu tests SKIPPED: tessel saw no CUDA device)"
 fi
 
-details="${result:-ctest gave no result}${skipped}; NVRTC ${timing:-timing not found}; ${bench:-no GPU figures}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
+details="${result:-ctest gave no result}${skipped}; NVRTC ${timing:-timing not found}; ${cublaslt:-cuBLASLt not loaded}; ${bench:-no GPU figures}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
 if ((rc == 0)); then
   summary PASS "$details"
   exit 0
