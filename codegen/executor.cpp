@@ -18,6 +18,7 @@ std::string_view role_name(Role r) {
     case Role::reduce: return "reduce";
     case Role::copy: return "copy";
     case Role::epilogue: return "epilogue";
+    case Role::row: return "row";
   }
   return "?";
 }
@@ -74,6 +75,21 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
         lower::Lowered l = lower::lower_to_kernel_ir(*n, value_of, copy, out);
         lower::coalesce(l);
         ex.launch(l, step.kind == sched::StepKind::Reduce ? Role::reduce : Role::elementwise, n);
+        values[n] = std::move(out);
+        break;
+      }
+      case sched::StepKind::RowProgram: {
+        // One kernel computes the stages and `n`; a stage gets memory only
+        // when something reads it after the kernel.
+        std::vector<BufferView> stage_out(step.stages.size());
+        for (size_t i = 0; i < step.stages.size(); ++i)
+          if (step.stored[i]) stage_out[i] = ex.alloc(step.stages[i]->dtype, step.stages[i]->shape);
+        BufferView out = ex.alloc(n->dtype, n->shape);
+        lower::Lowered l = lower::lower_row_program(*n, step.stages, stage_out, value_of, copy, out);
+        lower::coalesce(l);
+        ex.launch(l, Role::row, n);
+        for (size_t i = 0; i < step.stages.size(); ++i)
+          if (step.stored[i]) values[step.stages[i]] = stage_out[i];
         values[n] = std::move(out);
         break;
       }

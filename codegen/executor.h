@@ -20,7 +20,7 @@
 namespace tessel::exec {
 
 /// What the launch of a lowered kernel is for (stats, traces, manifests).
-enum class Role : uint8_t { elementwise, reduce, copy, epilogue };
+enum class Role : uint8_t { elementwise, reduce, copy, epilogue, row };
 std::string_view role_name(Role r);
 
 /// Where the steps of a realization run.

@@ -25,6 +25,7 @@ void print_stmts(std::string& s, const std::vector<Stmt>& list, const char* pref
       case StmtKind::Const: s += fmt::format("const.{} c{}", dtype_name(st.dtype), st.slot); break;
       case StmtKind::Acc: s += fmt::format("acc.{}", dtype_name(st.dtype)); break;
       case StmtKind::Count: s += fmt::format("count.{}", dtype_name(st.dtype)); break;
+      case StmtKind::Stage: s += fmt::format("stage.{} s{}", dtype_name(st.dtype), st.slot); break;
       case StmtKind::Op:
         s += fmt::format("{}.{}", ir::op_name(st.op), dtype_name(st.dtype));
         for (int a : st.args) s += fmt::format(" %{}{}", prefix, a);
@@ -43,6 +44,17 @@ std::string Kernel::text() const {
     s += fmt::format("  param p{} {} {}\n", p, params[p].output ? "out" : "in", dtype_name(params[p].dtype));
   for (size_t l = 0; l < load_params.size(); ++l) s += fmt::format("  slot l{} p{}\n", l, load_params[l]);
   for (size_t c = 0; c < const_types.size(); ++c) s += fmt::format("  slot c{} {}\n", c, dtype_name(const_types[c]));
+  // Ordinary kernels print as before stages existed: their cache keys stay.
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const Stage& g = stages[i];
+    s += fmt::format("stage s{} {} acc={}", i, reduce_name(g.reduce), dtype_name(g.acc_dtype));
+    if (g.store >= 0) s += fmt::format(" store p{}", g.store);
+    s += "\n";
+    print_stmts(s, g.body, fmt::format("s{}b", i).c_str());
+    s += fmt::format("  accumulate %s{}b{}\n", i, g.value);
+    print_stmts(s, g.epilogue, fmt::format("s{}e", i).c_str());
+    s += fmt::format("  result %s{}e{}\n", i, g.result);
+  }
   s += "body:\n";
   print_stmts(s, body, "");
   if (reduce == ReduceKind::None) {
@@ -84,6 +96,14 @@ uint64_t Kernel::hash() const {
   mix(h, static_cast<uint64_t>(value));
   mix_stmts(h, epilogue);
   mix(h, static_cast<uint64_t>(result));
+  for (const Stage& g : stages) {
+    mix(h, static_cast<uint64_t>(g.reduce) | static_cast<uint64_t>(g.acc_dtype) << 8 |
+               static_cast<uint64_t>(static_cast<uint32_t>(g.store)) << 16);
+    mix_stmts(h, g.body);
+    mix(h, static_cast<uint64_t>(g.value));
+    mix_stmts(h, g.epilogue);
+    mix(h, static_cast<uint64_t>(g.result));
+  }
   return h;
 }
 

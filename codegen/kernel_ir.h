@@ -10,8 +10,17 @@
 //
 // Launch-argument layout (int64 each), with R = rank:
 //   dims[R] | store: offset, strides[R] | load i: offset, strides[R] ... | const j: bits
+//   | stage store j: offset, strides[R] (row programs: one per stored stage)
 // A float constant travels as the bits of a double, a half one as its 16-bit
 // pattern, an integer/bool as its int64 value.
+//
+// A row program (stages non-empty) runs, per row (one index of the kept
+// dims), its reduction stages in order over the row's reduced dims, then the
+// main part: an elementwise body over the whole row (reduce None, storing
+// every element of the full domain) or one more reduction. A later stage's
+// body and the main body read an earlier stage's result (broadcast along the
+// reduced dims) with a Stage statement. Softmax is max, sum(exp(x - max)),
+// then exp(x - max) / sum: one pass over memory per stage, one kernel.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +37,7 @@ enum class StmtKind : uint8_t {
   Op,      // ir elementwise op `op` (Cast converts args[0] to `dtype`)
   Acc,     // epilogue only: the accumulator
   Count,   // epilogue only: number of reduced elements, as `dtype`
+  Stage,   // row programs: the result of stage `slot` for the current row, as `dtype`
 };
 
 struct Stmt {
@@ -47,6 +57,18 @@ struct Param {
   bool operator==(const Param&) const = default;
 };
 
+/// One reduction of a row program, over the same domain as the main part.
+struct Stage {
+  ReduceKind reduce = ReduceKind::Sum;
+  DType acc_dtype = DType::f64;  // as a reduction kernel's
+  std::vector<Stmt> body;        // per row element; may read earlier stages
+  int value = -1;                // body stmt accumulated
+  std::vector<Stmt> epilogue;    // from Acc/Count; its result is what Stage statements read
+  int result = -1;
+  int store = -1;                // param its result is stored to per row (-1: kept in registers only)
+  bool operator==(const Stage&) const = default;
+};
+
 struct Kernel {
   std::vector<Param> params;      // params[0] is the output
   std::vector<int> load_params;   // load slot -> param index
@@ -59,16 +81,30 @@ struct Kernel {
   int value = -1;                 // body stmt stored (elementwise) or accumulated (reduction)
   std::vector<Stmt> epilogue;     // per output element of a reduction, from Acc
   int result = -1;                // epilogue stmt stored
+  std::vector<Stage> stages;      // row programs only (then reduce_rank > 0 even when reduce is None)
 
   int kept_rank() const { return rank - reduce_rank; }
-  /// Number of int64 launch arguments.
-  size_t num_args() const {
-    return static_cast<size_t>(rank) + (load_params.size() + 1) * static_cast<size_t>(rank + 1) + const_types.size();
+  bool row_program() const { return !stages.empty(); }
+  /// Stages whose result is stored (each has a store slot, in stage order).
+  int stored_stages() const {
+    int n = 0;
+    for (const Stage& s : stages) n += s.store >= 0;
+    return n;
   }
-  size_t slot_base(int slot) const {  // slot 0 = store, 1 + i = load i
+  /// Slots: 0 = the main store, 1 + i = load i, then the stage stores.
+  size_t num_slots() const { return load_params.size() + 1 + static_cast<size_t>(stored_stages()); }
+  /// Number of int64 launch arguments.
+  size_t num_args() const { return const_base() + const_types.size(); }
+  size_t slot_base(int slot) const {
     return static_cast<size_t>(rank) + static_cast<size_t>(slot) * static_cast<size_t>(rank + 1);
   }
-  size_t const_base() const { return slot_base(static_cast<int>(load_params.size()) + 1); }
+  /// Slot of stage `s`'s store (its store must be >= 0).
+  int stage_store_slot(size_t s) const {
+    int j = 0;
+    for (size_t i = 0; i < s; ++i) j += stages[i].store >= 0;
+    return static_cast<int>(load_params.size()) + 1 + j;
+  }
+  size_t const_base() const { return slot_base(static_cast<int>(num_slots())); }
 
   /// Canonical text: equal for equal structures, whatever the shapes/values.
   std::string text() const;

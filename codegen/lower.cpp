@@ -100,8 +100,39 @@ struct Builder {
   }
 
   int push(Stmt s) {
-    L.kernel.body.push_back(std::move(s));
-    return static_cast<int>(L.kernel.body.size()) - 1;
+    cur->push_back(std::move(s));
+    return static_cast<int>(cur->size()) - 1;
+  }
+
+  // Row programs: the statement list being built (a stage's body or the main
+  // body), and the stages visible from it.
+  std::vector<Stmt>* cur = &L.kernel.body;
+  std::vector<Node*> stages;  // stage i's reduction node
+  size_t visible = 0;         // stages [0, visible) may be read
+  Map row_map;                // the reduced input's domain map
+  std::vector<int64_t> red_axes;
+
+  // Starts a new statement list: memoized statements belong to the old one.
+  void begin(std::vector<Stmt>* list, size_t stages_visible) {
+    cur = list;
+    visible = stages_visible;
+    memo.clear();
+  }
+
+  // A keepdim stage read through broadcasts: every kept axis at the row's
+  // index, every reduced axis at 0 -- anything else is not "the row's value".
+  int stage_ref(Node* n, const Map& m, size_t i) {
+    bool ok = i < visible && n->keepdim && m.size() == row_map.size();
+    for (size_t j = 0; ok && j < m.size(); ++j) {
+      bool red = std::find(red_axes.begin(), red_axes.end(), static_cast<int64_t>(j)) != red_axes.end();
+      bool at_zero = m[j].d < 0 && m[j].o == 0;
+      bool along = m[j] == row_map[j];  // over a row of one element, read without a broadcast
+      ok = red ? at_zero || (along && n->shape.dims[j] == 1) : (along || (n->shape.dims[j] == 1 && at_zero));
+    }
+    if (!ok)
+      throw InternalError(fmt::format("lower_to_kernel_ir: stage {} ({}) is not read along its row", i,
+                                      ir::op_name(n->op)));
+    return push({StmtKind::Stage, Op::Input, n->dtype, {}, static_cast<int>(i)});
   }
 
   int visit(Node* n, const Map& m, bool root = false) {
@@ -110,7 +141,10 @@ struct Builder {
       if (mm == m) return sid;
     int id;
     std::optional<BufferView> v = root ? std::nullopt : value_of(n);
-    if (v && n->op != Op::Constant) {
+    auto stage = std::find(stages.begin(), stages.end(), n);
+    if (!root && stage != stages.end()) {
+      id = stage_ref(n, m, static_cast<size_t>(stage - stages.begin()));
+    } else if (v && n->op != Op::Constant) {
       id = load(n, *v, m);
     } else if (n->op == Op::Constant) {
       int slot = static_cast<int>(L.kernel.const_types.size());
@@ -155,14 +189,16 @@ struct Builder {
     return id;
   }
 
-  void finish(const std::vector<int64_t>& dims, const std::vector<int64_t>& store) {
+  void finish(const std::vector<int64_t>& dims, const std::vector<int64_t>& store,
+              const std::vector<int64_t>& stage_stores = {}) {
     auto& k = L.kernel;
     k.rank = R;
     L.args = dims;
     L.args.insert(L.args.end(), store.begin(), store.end());
     for (auto& a : load_args) L.args.insert(L.args.end(), a.begin(), a.end());
+    L.args.insert(L.args.end(), stage_stores.begin(), stage_stores.end());
     L.args.insert(L.args.end(), const_args.begin(), const_args.end());
-    int kept = k.reduce == kir::ReduceKind::None ? R - 1 : R - k.reduce_rank;
+    int kept = k.reduce == kir::ReduceKind::None && !k.row_program() ? R - 1 : R - k.reduce_rank;
     L.rows = 1;
     for (int d = 0; d < kept; ++d) L.rows *= dims[static_cast<size_t>(d)];
   }
@@ -198,6 +234,62 @@ BufferView movement_view(const Node& n, const BufferView& in, const DenseCopy& c
   throw InternalError("movement_view: not a movement op");
 }
 
+namespace {
+
+kir::ReduceKind reduce_kind(Op op) {
+  return op == Op::Sum ? kir::ReduceKind::Sum : op == Op::Mean ? kir::ReduceKind::Mean
+       : op == Op::Max ? kir::ReduceKind::Max : kir::ReduceKind::Min;
+}
+
+// A reduction's epilogue: the accumulator (over the count for a mean) in the node's dtype.
+std::vector<Stmt> reduce_epilogue(kir::ReduceKind r, DType acc, DType out, int& result) {
+  std::vector<Stmt> e;
+  e.push_back({StmtKind::Acc, Op::Input, acc, {}, 0});
+  if (r == kir::ReduceKind::Mean) {
+    e.push_back({StmtKind::Count, Op::Input, acc, {}, 0});
+    e.push_back({StmtKind::Op, Op::Div, acc, {0, 1}, 0});
+  }
+  if (out != acc) e.push_back({StmtKind::Op, Op::Cast, out, {static_cast<int>(e.size()) - 1}, 0});
+  result = static_cast<int>(e.size()) - 1;
+  return e;
+}
+
+// The domain of a reduction over x's `axes`: kept dims then reduced dims,
+// each group at least one dim (padded with size-1 dims in front).
+struct RowDomain {
+  std::vector<int64_t> kept, red, dims;
+  size_t K = 1, Rd = 1;
+  Map map;              // x's dims -> domain
+  std::vector<int> pos; // x's dim -> domain dim
+  RowDomain(const Node& x, const std::vector<int64_t>& axes) {
+    auto reduced = [&](size_t d) { return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end(); };
+    for (size_t d = 0; d < x.shape.dims.size(); ++d) (reduced(d) ? red : kept).push_back(x.shape.dims[d]);
+    K = std::max<size_t>(kept.size(), 1);
+    Rd = std::max<size_t>(red.size(), 1);
+    dims.assign(K + Rd, 1);
+    std::copy(kept.begin(), kept.end(), dims.begin() + static_cast<long>(K - kept.size()));
+    std::copy(red.begin(), red.end(), dims.begin() + static_cast<long>(K + Rd - red.size()));
+    map.resize(x.shape.dims.size());
+    pos.resize(x.shape.dims.size());
+    size_t ki = K - kept.size(), ri = K + Rd - red.size();
+    for (size_t d = 0; d < x.shape.dims.size(); ++d) {
+      pos[d] = static_cast<int>(reduced(d) ? ri++ : ki++);
+      map[d] = {pos[d], 1, 0};
+    }
+  }
+  int rank() const { return static_cast<int>(K + Rd); }
+  // Store arguments of a dense per-row value (kept strides, 0 along the row).
+  std::vector<int64_t> row_store(int64_t offset) const {
+    Strides cs = contiguous_strides(Shape(kept));
+    std::vector<int64_t> st(1 + K + Rd, 0);
+    st[0] = offset;
+    for (size_t i = 0; i < kept.size(); ++i) st[1 + K - kept.size() + i] = cs[i];
+    return st;
+  }
+};
+
+}  // namespace
+
 Lowered lower_to_kernel_ir(Node& root, const ValueOf& value_of, const DenseCopy& copy, const BufferView& out) {
   Builder B(value_of, copy);
   auto& k = B.L.kernel;
@@ -205,42 +297,14 @@ Lowered lower_to_kernel_ir(Node& root, const ValueOf& value_of, const DenseCopy&
   B.L.buffers.push_back(out);
   if (ir::is_reduction(root.op)) {
     Node* x = root.args[0].get();
-    std::vector<int64_t> kept, red;
-    std::vector<int> pos(x->shape.dims.size());
-    for (size_t d = 0; d < x->shape.dims.size(); ++d) {
-      bool r = std::find(root.axes.begin(), root.axes.end(), static_cast<int64_t>(d)) != root.axes.end();
-      (r ? red : kept).push_back(x->shape.dims[d]);
-    }
-    size_t K = std::max<size_t>(kept.size(), 1), Rd = std::max<size_t>(red.size(), 1);
-    B.R = static_cast<int>(K + Rd);
-    std::vector<int64_t> dims(K + Rd, 1);
-    std::copy(kept.begin(), kept.end(), dims.begin() + static_cast<long>(K - kept.size()));
-    std::copy(red.begin(), red.end(), dims.begin() + static_cast<long>(K + Rd - red.size()));
-    Map m(x->shape.dims.size());
-    size_t ki = K - kept.size(), ri = K + Rd - red.size();
-    for (size_t d = 0; d < x->shape.dims.size(); ++d) {
-      bool r = std::find(root.axes.begin(), root.axes.end(), static_cast<int64_t>(d)) != root.axes.end();
-      m[d] = {static_cast<int>(r ? ri++ : ki++), 1, 0};
-    }
-    k.reduce_rank = static_cast<int>(Rd);
-    k.reduce = root.op == Op::Sum ? kir::ReduceKind::Sum : root.op == Op::Mean ? kir::ReduceKind::Mean
-             : root.op == Op::Max ? kir::ReduceKind::Max : kir::ReduceKind::Min;
+    RowDomain dom(*x, root.axes);
+    B.R = dom.rank();
+    k.reduce_rank = static_cast<int>(dom.Rd);
+    k.reduce = reduce_kind(root.op);
     k.acc_dtype = is_floating(x->dtype) ? DType::f64 : DType::i64;
-    k.value = B.visit(x, m);
-    auto& e = k.epilogue;
-    e.push_back({StmtKind::Acc, Op::Input, k.acc_dtype, {}, 0});
-    if (k.reduce == kir::ReduceKind::Mean) {
-      e.push_back({StmtKind::Count, Op::Input, k.acc_dtype, {}, 0});
-      e.push_back({StmtKind::Op, Op::Div, k.acc_dtype, {0, 1}, 0});
-    }
-    if (root.dtype != k.acc_dtype)
-      e.push_back({StmtKind::Op, Op::Cast, root.dtype, {static_cast<int>(e.size()) - 1}, 0});
-    k.result = static_cast<int>(e.size()) - 1;
-    Strides cs = contiguous_strides(Shape(kept));
-    std::vector<int64_t> store(1 + K + Rd, 0);
-    store[0] = out.offset;
-    for (size_t i = 0; i < kept.size(); ++i) store[1 + K - kept.size() + i] = cs[i];
-    B.finish(dims, store);
+    k.value = B.visit(x, dom.map);
+    k.epilogue = reduce_epilogue(k.reduce, k.acc_dtype, root.dtype, k.result);
+    B.finish(dom.dims, dom.row_store(out.offset));
   } else {
     size_t r = root.shape.dims.size();
     B.R = static_cast<int>(std::max<size_t>(r, 1));
@@ -252,6 +316,64 @@ Lowered lower_to_kernel_ir(Node& root, const ValueOf& value_of, const DenseCopy&
     if (r) store.insert(store.end(), out.strides.begin(), out.strides.end());
     else store.push_back(0);
     B.finish(dims, store);
+  }
+  return std::move(B.L);
+}
+
+Lowered lower_row_program(Node& root, const std::vector<Node*>& stages, const std::vector<BufferView>& stage_out,
+                          const ValueOf& value_of, const DenseCopy& copy, const BufferView& out) {
+  TESSEL_ASSERT("lower_row_program", !stages.empty() && stage_out.size() == stages.size());
+  Builder B(value_of, copy);
+  auto& k = B.L.kernel;
+  k.params.push_back({root.dtype, true});
+  B.L.buffers.push_back(out);
+  Node* x0 = stages[0]->args[0].get();
+  RowDomain dom(*x0, stages[0]->axes);
+  B.R = dom.rank();
+  B.stages = stages;
+  B.row_map = dom.map;
+  B.red_axes = stages[0]->axes;
+  k.reduce_rank = static_cast<int>(dom.Rd);
+  std::vector<int64_t> stage_stores;
+  k.stages.resize(stages.size());
+  for (size_t i = 0; i < stages.size(); ++i) {
+    Node* r = stages[i];
+    kir::Stage& g = k.stages[i];
+    if (stage_out[i].storage) {
+      g.store = static_cast<int>(k.params.size());
+      k.params.push_back({r->dtype, true});
+      B.L.buffers.push_back(stage_out[i]);
+      auto st = dom.row_store(stage_out[i].offset);
+      stage_stores.insert(stage_stores.end(), st.begin(), st.end());
+    }
+  }
+  for (size_t i = 0; i < stages.size(); ++i) {
+    Node* r = stages[i];
+    Node* x = r->args[0].get();
+    TESSEL_ASSERT("lower_row_program", x->shape == x0->shape && r->axes == stages[0]->axes);  // one row domain
+    kir::Stage& g = k.stages[i];
+    g.reduce = reduce_kind(r->op);
+    g.acc_dtype = is_floating(x->dtype) ? DType::f64 : DType::i64;
+    B.begin(&g.body, i);
+    g.value = B.visit(x, dom.map);
+    g.epilogue = reduce_epilogue(g.reduce, g.acc_dtype, r->dtype, g.result);
+  }
+  B.begin(&k.body, stages.size());
+  if (ir::is_reduction(root.op)) {
+    Node* x = root.args[0].get();
+    TESSEL_ASSERT("lower_row_program", x->shape == x0->shape && root.axes == stages[0]->axes);
+    k.reduce = reduce_kind(root.op);
+    k.acc_dtype = is_floating(x->dtype) ? DType::f64 : DType::i64;
+    k.value = B.visit(x, dom.map);
+    k.epilogue = reduce_epilogue(k.reduce, k.acc_dtype, root.dtype, k.result);
+    B.finish(dom.dims, dom.row_store(out.offset), stage_stores);
+  } else {
+    TESSEL_ASSERT("lower_row_program", root.shape == x0->shape);  // the main body covers the row domain
+    k.value = B.visit(&root, dom.map, /*root=*/true);
+    std::vector<int64_t> store(1 + dom.dims.size(), 0);
+    store[0] = out.offset;
+    for (size_t d = 0; d < dom.pos.size(); ++d) store[1 + static_cast<size_t>(dom.pos[d])] = out.strides[d];
+    B.finish(dom.dims, store, stage_stores);
   }
   return std::move(B.L);
 }
@@ -282,7 +404,7 @@ Lowered lower_copy(DType t, const Shape& s, const BufferView& in, const BufferVi
 void coalesce(Lowered& l) {
   auto& k = l.kernel;
   const int R = k.rank;
-  const size_t slots = k.load_params.size() + 1;
+  const size_t slots = k.num_slots();
   std::vector<int64_t>& a = l.args;
   auto stride = [&](size_t s, int d) -> int64_t& { return a[k.slot_base(static_cast<int>(s)) + 1 + static_cast<size_t>(d)]; };
   auto group = [&](int lo, int hi) {
@@ -309,10 +431,11 @@ void coalesce(Lowered& l) {
       for (size_t s = 0; s < slots; ++s) stride(s, d) = padded ? 0 : st[s][i - pad];
     }
   };
-  int K = k.reduce == kir::ReduceKind::None ? R : R - k.reduce_rank;
+  const bool flat = k.reduce == kir::ReduceKind::None && !k.row_program();  // no row split
+  int K = flat ? R : R - k.reduce_rank;
   group(0, K);
   if (K < R) group(K, R);
-  int kept = k.reduce == kir::ReduceKind::None ? R - 1 : K;
+  int kept = flat ? R - 1 : K;
   l.rows = 1;
   for (int d = 0; d < kept; ++d) l.rows *= a[static_cast<size_t>(d)];
 }

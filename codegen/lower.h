@@ -29,6 +29,16 @@ struct Lowered {
 /// `out` is a dense buffer of root's shape and dtype.
 Lowered lower_to_kernel_ir(ir::Node& root, const ValueOf& value_of, const DenseCopy& copy, const ir::BufferView& out);
 
+/// A row program: `stages` (reductions over one input shape and one set of
+/// axes, keepdim, in dependency order) run per row, then `root` -- an
+/// elementwise node of that input shape or one more such reduction -- reads
+/// them. Stage i is stored to stage_out[i] when it has storage (a dense
+/// buffer of its shape). The scheduler guarantees every stage is read only
+/// through broadcasts along its row.
+Lowered lower_row_program(ir::Node& root, const std::vector<ir::Node*>& stages,
+                          const std::vector<ir::BufferView>& stage_out, const ValueOf& value_of,
+                          const DenseCopy& copy, const ir::BufferView& out);
+
 /// A kernel copying a strided view into dense `out`.
 Lowered lower_copy(DType t, const Shape& s, const ir::BufferView& in, const ir::BufferView& out);
 

@@ -4,8 +4,10 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "runtime/kernel_cache.h"
 
@@ -21,6 +23,7 @@ std::string_view step_name(StepKind k) {
     case StepKind::Reduce: return "reduce";
     case StepKind::View: return "view";
     case StepKind::MatMul: return "matmul";
+    case StepKind::RowProgram: return "row";
     case StepKind::Fallback: return "fallback";
   }
   return "?";
@@ -28,7 +31,8 @@ std::string_view step_name(StepKind k) {
 
 int Schedule::kernels() const {
   int n = 0;
-  for (const Step& s : steps) n += s.kind == StepKind::Kernel || s.kind == StepKind::Reduce || s.epilogue;
+  for (const Step& s : steps)
+    n += s.kind == StepKind::Kernel || s.kind == StepKind::Reduce || s.kind == StepKind::RowProgram || s.epilogue;
   return n;
 }
 
@@ -44,6 +48,9 @@ std::string Schedule::to_string() const {
     const Step& st = steps[i];
     s += fmt::format("step {} {} {}.{}{} -- {}\n", i, step_name(st.kind), ir::op_name(st.node->op),
                      dtype_name(st.node->dtype), st.node->shape.str(), st.reason);
+    for (size_t j = 0; j < st.stages.size(); ++j)
+      s += fmt::format("  + stage {}.{}{}{}\n", ir::op_name(st.stages[j]->op), dtype_name(st.stages[j]->dtype),
+                       st.stages[j]->shape.str(), st.stored[j] ? " (stored)" : "");
     if (st.epilogue)
       s += fmt::format("  + epilogue {}.{}{} -- {}\n", ir::op_name(st.epilogue->op), dtype_name(st.epilogue->dtype),
                        st.epilogue->shape.str(), "matmul epilogue");
@@ -137,7 +144,7 @@ void fuse_matmul_epilogues(Schedule& S, const std::vector<ir::NodePtr>& roots, c
     if (it == step_of.end() || drop[it->second] || S.steps[it->second].epilogue) continue;
     // The product moves to its reader's place: nothing in between reads it.
     drop[it->second] = true;
-    st = Step{StepKind::MatMul, m, S.steps[it->second].reason, st.node};
+    st = Step{StepKind::MatMul, m, S.steps[it->second].reason, st.node, {}, {}};
   }
   std::vector<Step> kept;
   kept.reserve(S.steps.size());
@@ -146,6 +153,161 @@ void fuse_matmul_epilogues(Schedule& S, const std::vector<ir::NodePtr>& roots, c
   S.steps = std::move(kept);
 }
 
+
+// Row programs. A group is a final node F (elementwise over a row domain's
+// full shape, or one more reduction over it) and the keepdim reductions
+// ("stages") F's kernel would read through broadcasts along the reduced axes
+// (of the stage, or of elementwise math on it: layer norm's
+// 1/sqrt(var + eps)), found by walking the region F's kernel inlines; a
+// stage's own input region is walked too.
+// Materialized nodes there that were cut only for having several consumers,
+// all of them in the group, are inlined again (softmax's exp(x - max) feeds
+// the sum and the division: recomputing it beats a round trip to memory).
+// A candidate that breaks a rule is dropped and the walk redone:
+//   - a stage read other than by a broadcast of its keepdim value to the
+//     full shape (through another view, a reshape, or by a node outside the
+//     group) -- its row value would be needed somewhere else;
+//   - an inlined node with a consumer outside the group.
+// With those, nothing outside the group depends on a member but F, so the
+// kernel runs at F's place in the step order.
+struct RowGroup {
+  std::vector<Node*> stages;    // in topo order
+  std::vector<Node*> absorbed;  // materialized nodes inlined again
+  std::string reason;           // why it formed, or why not (empty: nothing to group)
+};
+
+struct RowGrouper {
+  RowGrouper(const Schedule& s, const Options& o, const std::unordered_map<Node*, std::vector<Node*>>& u,
+             const std::unordered_set<Node*>& p, const std::unordered_set<Node*>& t)
+      : S(s), opts(o), users(u), pinned(p), taken(t) {}
+  const Schedule& S;
+  const Options& opts;
+  const std::unordered_map<Node*, std::vector<Node*>>& users;
+  const std::unordered_set<Node*>& pinned;  // materialized for a reason besides several consumers
+  const std::unordered_set<Node*>& taken;   // members of groups formed already
+  std::unordered_map<Node*, size_t> topo;
+
+  Shape shape;
+  std::vector<int64_t> axes;
+  bool axes_known = false;
+  std::unordered_set<Node*> banned, in_group, stage_set, externals;
+  std::unordered_set<Node*> seen[3];  // per Mode
+  std::vector<Node*> stages;
+  bool restart = false;
+
+  // How the walk reached a node: over the row domain itself (Plain), inside
+  // one broadcast along the reduced axes through elementwise nodes only (Row:
+  // where a stage may be read), or below some other view (View).
+  enum Mode : uint8_t { Plain, Row, View };
+
+  bool absorbable(Node* y, Mode mode) const {
+    if (!S.materialized.count(y) || pinned.count(y) || taken.count(y) || banned.count(y)) return false;
+    if (mode == Plain && y->shape != shape) return false;
+    return (ir::is_elementwise(y->op) && kernel_supports(*y)) || (y->op == Op::Expand && mode == Plain);
+  }
+  bool stage_candidate(Node* r) const {
+    return ir::is_reduction(r->op) && reduce_supports(*r) && r->keepdim && !taken.count(r) && !banned.count(r) &&
+           r->args[0]->shape == shape && (!axes_known || r->axes == axes);
+  }
+  void visit(Node* x, Mode mode) {
+    if (x->realized() || x->op == Op::Constant) return;
+    if (!seen[mode].insert(x).second) return;
+    if (stage_candidate(x)) {
+      // Read other than along its row (over a row of one element, the
+      // builders leave out the identity broadcast).
+      if (mode != Row && !(mode == Plain && x->shape == shape)) {
+        banned.insert(x);
+        restart = true;
+        return;
+      }
+      if (!axes_known) {
+        axes = x->axes;
+        axes_known = true;
+      }
+      if (stage_set.insert(x).second) {
+        stages.push_back(x);
+        visit(x->args[0].get(), Plain);
+      }
+      return;
+    }
+    if (S.materialized.count(x) && !absorbable(x, mode)) {
+      externals.insert(x);
+      return;
+    }
+    in_group.insert(x);
+    if (x->op == Op::Reshape) return;  // reads its source as a buffer
+    Mode next = mode;
+    if (x->op == Op::Expand && mode == Plain && x->shape == shape) next = Row;
+    else if (ir::op_category(x->op) == Category::Movement) next = View;
+    for (auto& a : x->args) visit(a.get(), next);
+  }
+
+  RowGroup group(Node* F) {
+    RowGroup g;
+    if (ir::is_reduction(F->op)) {
+      if (!reduce_supports(*F)) return g;
+      shape = F->args[0]->shape;
+      axes = F->axes;
+      axes_known = true;
+    } else if (ir::is_elementwise(F->op) && kernel_supports(*F)) {
+      shape = F->shape;
+    } else {
+      return g;
+    }
+    const bool fixed_axes = axes_known;
+    std::vector<std::string> dropped;
+    while (true) {
+      axes_known = fixed_axes;
+      if (!fixed_axes) axes.clear();
+      in_group.clear(), stage_set.clear(), externals.clear();
+      for (auto& v : seen) v.clear();
+      stages.clear();
+      restart = false;
+      if (ir::is_reduction(F->op)) visit(F->args[0].get(), Plain);
+      else for (auto& a : F->args) visit(a.get(), Plain);
+      if (stages.empty()) {
+        if (!dropped.empty()) g.reason = "no row program: " + dropped.front();
+        return g;
+      }
+      if (!restart) {
+        auto inside = [&](Node* u) { return u == F || in_group.count(u) || stage_set.count(u); };
+        auto check = [&](Node* n, const char* what) {
+          auto us = users.find(n);
+          if (us == users.end()) return;
+          for (Node* u : us->second)
+            if (!inside(u)) {
+              dropped.push_back(fmt::format("{} {} is read outside the kernel", what, ir::op_name(n->op)));
+              banned.insert(n);
+              restart = true;
+              return;
+            }
+        };
+        for (Node* r : stages) check(r, "stage");
+        for (Node* y : in_group)
+          if (S.materialized.count(y)) check(y, "value");
+      }
+      if (!restart) break;
+    }
+    // Distinct buffers read: realized leaves and external values.
+    std::unordered_set<Node*> reads(externals);
+    for (Node* y : in_group)
+      for (auto& a : y->args)
+        if (a->realized()) reads.insert(a.get());
+    for (Node* r : stages)
+      if (r->args[0]->realized()) reads.insert(r->args[0].get());
+    if (static_cast<int>(reads.size()) > opts.max_inputs) {
+      g.reason = fmt::format("no row program: would read {} buffers (limit {})", reads.size(), opts.max_inputs);
+      return g;
+    }
+    std::sort(stages.begin(), stages.end(), [&](Node* a, Node* b) { return topo.at(a) < topo.at(b); });
+    g.stages = stages;
+    for (Node* y : in_group)
+      if (S.materialized.count(y)) g.absorbed.push_back(y);
+    g.reason = fmt::format("row program: {} reduction(s) over axes [{}] of {} share the kernel", stages.size(),
+                           fmt::join(axes, ", "), shape.str());
+    return g;
+  }
+};
 }  // namespace
 
 bool fusion_enabled_by_env() {
@@ -164,8 +326,11 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     if (!n->realized())
       for (auto& a : n->args) ++uses[a.get()];
   auto& M = S.materialized;
-  auto mark = [&](Node* n, std::string why) {
-    if (n->realized() || M.count(n)) return;
+  std::unordered_set<Node*> pinned;  // marked for more than having several consumers
+  auto mark = [&](Node* n, std::string why, bool only_uses = false) {
+    if (n->realized()) return;
+    if (!only_uses) pinned.insert(n);
+    if (M.count(n)) return;
     M.emplace(n, std::move(why));
   };
   for (auto& r : roots) mark(r.get(), "root");
@@ -173,7 +338,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     if (n->realized()) continue;
     Category c = ir::op_category(n->op);
     bool constant = n->op == Op::Constant;
-    if (uses[n] > 1 && !constant) mark(n, fmt::format("used by {} consumers", uses[n]));
+    if (uses[n] > 1 && !constant) mark(n, fmt::format("used by {} consumers", uses[n]), /*only_uses=*/true);
     if (!opts.fuse && !constant && c != Category::Movement) mark(n, "fusion off");
     if (opts.keep_grad_values && n->requires_grad && !constant && c != Category::Movement)
       mark(n, "kept for backward");
@@ -227,9 +392,48 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
       mark(worst, fmt::format("input limit {} (would read {})", opts.max_inputs, total));
     }
   }
+  // Row programs, consumers first so a group grows from its last reader.
+  std::unordered_set<Node*> taken;
+  std::unordered_map<Node*, RowGroup> groups;
+  if (opts.fuse && opts.row_programs) {
+    std::unordered_map<Node*, std::vector<Node*>> users;
+    for (Node* n : S.order)
+      if (!n->realized())
+        for (auto& a : n->args) users[a.get()].push_back(n);
+    for (auto& r : roots) users[r.get()];  // a root's reader is the caller
+    RowGrouper G(S, opts, users, pinned, taken);
+    for (size_t i = 0; i < S.order.size(); ++i) G.topo[S.order[i]] = i;
+    for (auto it = S.order.rbegin(); it != S.order.rend(); ++it) {
+      Node* F = *it;
+      if (F->realized() || !M.count(F) || taken.count(F)) continue;
+      G.banned.clear();
+      RowGroup g = G.group(F);
+      if (!g.reason.empty() && detail::trace_enabled("jit"))
+        detail::trace_line("jit", fmt::format("schedule: {} {} -- {}", ir::op_name(F->op), F->shape.str(), g.reason));
+      if (g.stages.empty()) continue;
+      for (Node* r : g.stages) taken.insert(r);
+      for (Node* y : g.absorbed) {
+        taken.insert(y);
+        M.erase(y);
+      }
+      taken.insert(F);
+      groups.emplace(F, std::move(g));
+    }
+  }
+  std::unordered_set<Node*> root_set;
+  for (auto& r : roots) root_set.insert(r.get());
   for (Node* n : S.order) {
     auto it = M.find(n);
     if (it == M.end()) continue;
+    if (auto g = groups.find(n); g != groups.end()) {
+      Step st{StepKind::RowProgram, n, g->second.reason, nullptr, {}, {}};
+      st.stages = g->second.stages;
+      for (Node* r : st.stages)
+        st.stored.push_back(root_set.count(r) || (opts.keep_grad_values && r->requires_grad));
+      S.steps.push_back(std::move(st));
+      continue;
+    }
+    if (taken.count(n)) continue;  // a stage: computed by its group's kernel
     StepKind k;
     switch (ir::op_category(n->op)) {
       case Category::Movement: k = StepKind::View; break;
@@ -237,7 +441,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
       case Category::Contraction: k = StepKind::MatMul; break;
       default: k = kernel_supports(*n) ? StepKind::Kernel : StepKind::Fallback; break;
     }
-    S.steps.push_back({k, n, it->second});
+    S.steps.push_back({k, n, it->second, nullptr, {}, {}});
   }
   if (opts.fuse && opts.matmul_epilogues) fuse_matmul_epilogues(S, roots, uses);
   if (detail::trace_enabled("jit"))

@@ -1,6 +1,7 @@
 // Scheduling: cut the IR DAG below some roots into steps that each produce
 // one materialized node -- fused kernels (elementwise chains; reductions with
-// their elementwise producers as prologue), views, matmuls, and nodes the
+// their elementwise producers as prologue; row programs: reductions over one
+// row domain with their elementwise readers, softmax-style), views, matmuls, and nodes the
 // compiled backends leave to the ref interpreter. Every cut has a reason
 // (printed under TESSEL_TRACE=jit).
 //
@@ -25,6 +26,7 @@ enum class StepKind : uint8_t {
   Reduce,    // reduction kernel with a fused elementwise prologue
   View,      // movement over a materialized value: no work, a strided view
   MatMul,    // BLAS (with an elementwise epilogue when `epilogue` is set)
+  RowProgram,  // reductions over one row domain (`stages`) and `node`, which reads them: one kernel
   Fallback,  // the ref interpreter evaluates this node
 };
 std::string_view step_name(StepKind k);
@@ -37,6 +39,12 @@ struct Step {
   // kernel reads the product element for element. It runs on each band of
   // rows right after BLAS writes it; the step materializes both nodes.
   ir::Node* epilogue = nullptr;
+  // RowProgram only: keepdim reductions over the input shape and axes of
+  // `node`'s row domain, in dependency order, each read only through
+  // broadcasts by later stages and `node`. `stored[i]`: stage i has readers
+  // after the kernel (a root, or kept for backward), so it gets a buffer.
+  std::vector<ir::Node*> stages;
+  std::vector<bool> stored;
 };
 
 /// False when TESSEL_FUSION=off: every computed node becomes its own kernel
@@ -48,13 +56,14 @@ struct Options {
   bool keep_grad_values = false; // nodes backward reads are materialized
   bool fuse = fusion_enabled_by_env();  // false: one kernel per computed node
   bool matmul_epilogues = true;  // elementwise consumers of a matmul run on its bands of rows
+  bool row_programs = true;      // reductions over one row domain share a kernel with their readers
 };
 
 struct Schedule {
   std::vector<ir::Node*> order;  // the topo pass
   std::vector<Step> steps;       // producers before consumers
   std::unordered_map<ir::Node*, std::string> materialized;  // node -> reason
-  int kernels() const;           // Kernel + Reduce steps + matmul epilogues
+  int kernels() const;           // Kernel + Reduce + RowProgram steps + matmul epilogues
   int matmuls() const;           // MatMul steps
   std::string to_string() const;
 };

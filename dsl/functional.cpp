@@ -3,17 +3,28 @@
 #include <fmt/format.h>
 
 #include "codegen/builders.h"
+#include "codegen/grad_mode.h"
 
 namespace tessel {
 
+namespace {
+// The shift that keeps exp() in range carries no gradient (softmax does not
+// depend on it). Built without history rather than by detach(), which would
+// realize it: lazy, it joins the sum and the division in one row-program kernel.
+Tensor row_max(const Tensor& x, int64_t dim) {
+  NoGradGuard no_grad;
+  return x.max(dim, true);
+}
+}  // namespace
+
 Tensor softmax(const Tensor& x, int64_t dim) {
-  Tensor shifted = sub(x, x.max(dim, true).detach());
+  Tensor shifted = sub(x, row_max(x, dim));
   Tensor e = shifted.exp();
   return div(e, e.sum({dim}, true));
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  Tensor shifted = sub(x, x.max(dim, true).detach());
+  Tensor shifted = sub(x, row_max(x, dim));
   return sub(shifted, shifted.exp().sum({dim}, true).log());
 }
 

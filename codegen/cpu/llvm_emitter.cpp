@@ -34,6 +34,7 @@ struct Emitter {
   std::vector<Value*> off;                  // per slot
   std::vector<std::vector<Value*>> st;      // per slot, per dim
   std::vector<Value*> consts;               // per constant slot, as the compute type
+  std::vector<Value*> stage_vals;           // row programs: the current row's stage results
   llvm::MDNode *in_list = nullptr, *out_list = nullptr;
 
   Emitter(const kir::Kernel& kk, llvm::LLVMContext& c, llvm::Module* mm) : k(kk), ctx(c), m(mm), b(c) {}
@@ -217,6 +218,7 @@ struct Emitter {
         case StmtKind::Const: r = consts[static_cast<size_t>(s.slot)]; break;
         case StmtKind::Acc: r = acc; break;
         case StmtKind::Count: r = cast(count, DType::i64, s.dtype); break;
+        case StmtKind::Stage: r = stage_vals.at(static_cast<size_t>(s.slot)); break;
         case StmtKind::Op: {
           auto a = [&](size_t i) { return v[static_cast<size_t>(s.args[i])]; };
           auto at = [&](size_t i) { return t[static_cast<size_t>(s.args[i])]; };
@@ -236,29 +238,29 @@ struct Emitter {
     return v;
   }
 
-  void store(Value* val, DType t, Value* idx) {
+  void store(Value* val, DType t, Value* idx, int param = 0) {
     if (t == DType::b8) val = b.CreateZExt(val, b.getInt8Ty());
-    auto* s = b.CreateStore(val, b.CreateInBoundsGEP(mty(t), ptrs[0], idx));
+    auto* s = b.CreateStore(val, b.CreateInBoundsGEP(mty(t), ptrs[static_cast<size_t>(param)], idx));
     s->setMetadata(llvm::LLVMContext::MD_alias_scope, out_list);
     s->setMetadata(llvm::LLVMContext::MD_noalias, in_list);
   }
 
-  Value* init_acc() {
-    bool f = k.acc_dtype == DType::f64;
-    switch (k.reduce) {
+  Value* init_acc(kir::ReduceKind red, DType acc_dtype) {
+    bool f = acc_dtype == DType::f64;
+    switch (red) {
       case kir::ReduceKind::Max:
         return f ? fconst(DType::f64, -INFINITY) : static_cast<Value*>(b.getInt64(INT64_MIN));
       case kir::ReduceKind::Min:
         return f ? fconst(DType::f64, INFINITY) : static_cast<Value*>(b.getInt64(INT64_MAX));
-      default: return zero(k.acc_dtype);
+      default: return zero(acc_dtype);
     }
   }
-  Value* combine(Value* acc, Value* v) {
-    bool f = k.acc_dtype == DType::f64;
-    switch (k.reduce) {
+  Value* combine(kir::ReduceKind red, DType acc_dtype, Value* acc, Value* v) {
+    bool f = acc_dtype == DType::f64;
+    switch (red) {
       case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return f ? b.CreateFAdd(acc, v) : b.CreateAdd(acc, v);
       case kir::ReduceKind::Max: case kir::ReduceKind::Min: {
-        bool mx = k.reduce == kir::ReduceKind::Max;
+        bool mx = red == kir::ReduceKind::Max;
         if (!f) return b.CreateSelect(mx ? b.CreateICmpSGT(v, acc) : b.CreateICmpSLT(v, acc), v, acc);
         Value* better = b.CreateOr(mx ? b.CreateFCmpOGT(v, acc) : b.CreateFCmpOLT(v, acc), b.CreateFCmpUNO(v, v));
         return b.CreateSelect(b.CreateFCmpUNO(acc, acc), acc, b.CreateSelect(better, v, acc));
@@ -289,7 +291,7 @@ struct Emitter {
       ptrs.push_back(b.CreateLoad(ptr, b.CreateConstInBoundsGEP1_64(ptr, bufs, p)));
     const int R = k.rank;
     for (int d = 0; d < R; ++d) dims.push_back(arg(static_cast<size_t>(d)));
-    const size_t slots = k.load_params.size() + 1;
+    const size_t slots = k.num_slots();
     for (size_t s = 0; s < slots; ++s) {
       size_t base = k.slot_base(static_cast<int>(s));
       off.push_back(arg(base));
@@ -308,7 +310,7 @@ struct Emitter {
       }
       consts.push_back(v);
     }
-    const bool red = k.reduce != kir::ReduceKind::None;
+    const bool red = k.reduce != kir::ReduceKind::None || k.row_program();
     const int outer = red ? R - k.reduce_rank : R - 1;  // dims decomposed from the row index
     loop(fn->getArg(2), fn->getArg(3), [&](Value* row) {
       std::vector<Value*> base(off);
@@ -319,17 +321,19 @@ struct Emitter {
         if (d > 0) t = b.CreateUDiv(t, ext);
         for (size_t s = 0; s < slots; ++s) base[s] = b.CreateAdd(base[s], b.CreateMul(i, st[s][static_cast<size_t>(d)]));
       }
-      if (!red) elementwise_rows(base);
+      if (k.row_program()) row_program(base, outer);
+      else if (!red) elementwise_rows(base);
       else reduce_row(base, outer);
     }, "row");
     b.CreateRetVoid();
   }
 
   // The innermost dim, twice: unit strides everywhere (vectorizable), and general.
-  void inner(const std::vector<Value*>& base, int d, size_t first_slot, const std::function<void(const std::function<Value*(size_t)>&)>& body) {
-    const size_t slots = k.load_params.size() + 1;
+  // Slots [first_slot, last_slot) move along the dim.
+  void inner(const std::vector<Value*>& base, int d, size_t first_slot, size_t last_slot,
+             const std::function<void(const std::function<Value*(size_t)>&)>& body) {
     Value* fast = b.getTrue();
-    for (size_t s = first_slot; s < slots; ++s)
+    for (size_t s = first_slot; s < last_slot; ++s)
       fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][static_cast<size_t>(d)], b.getInt64(1)));
     auto* fb = llvm::BasicBlock::Create(ctx, "unit", fn);
     auto* gb = llvm::BasicBlock::Create(ctx, "strided", fn);
@@ -348,37 +352,72 @@ struct Emitter {
   }
 
   void elementwise_rows(const std::vector<Value*>& base) {
-    inner(base, k.rank - 1, 0, [&](const std::function<Value*(size_t)>& index) {
+    inner(base, k.rank - 1, 0, k.load_params.size() + 1, [&](const std::function<Value*(size_t)>& index) {
       auto v = stmts(k.body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
       store(v[static_cast<size_t>(k.value)], k.body[static_cast<size_t>(k.value)].dtype, index(0));
     });
   }
 
-  void reduce_row(const std::vector<Value*>& base, int K) {
-    llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
-    auto* acc = eb.CreateAlloca(cty(k.acc_dtype), nullptr, "acc");
-    b.CreateStore(init_acc(), acc);
-    const DType vt = k.body[static_cast<size_t>(k.value)].dtype;
+  // Nested loops over the reduced dims [K, rank) of a row; slots [lo, hi) move.
+  void over_row(const std::vector<Value*>& base, int K, size_t lo, size_t hi,
+                const std::function<void(const std::function<Value*(size_t)>&)>& body) {
     std::function<void(const std::vector<Value*>&, int)> level = [&](const std::vector<Value*>& offs, int d) {
       if (d == k.rank - 1) {
-        inner(offs, d, 1, [&](const std::function<Value*(size_t)>& index) {
-          auto v = stmts(k.body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
-          Value* x = cast(v[static_cast<size_t>(k.value)], vt, k.acc_dtype);
-          b.CreateStore(combine(b.CreateLoad(cty(k.acc_dtype), acc), x), acc);
-        });
+        inner(offs, d, lo, hi, body);
         return;
       }
       loop(b.getInt64(0), dims[static_cast<size_t>(d)], [&](Value* i) {
         std::vector<Value*> o(offs);
-        for (size_t s = 1; s < o.size(); ++s) o[s] = b.CreateAdd(o[s], b.CreateMul(i, st[s][static_cast<size_t>(d)]));
+        for (size_t s = lo; s < hi; ++s) o[s] = b.CreateAdd(o[s], b.CreateMul(i, st[s][static_cast<size_t>(d)]));
         level(o, d + 1);
       }, "r");
     };
     level(base, K);
+  }
+
+  // One reduction over a row: the accumulated body, then the epilogue's value.
+  Value* reduce_over_row(const std::vector<Value*>& base, int K, kir::ReduceKind red, DType acc_dtype,
+                         const std::vector<Stmt>& body, int value, const std::vector<Stmt>& epilogue, int result) {
+    llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    auto* acc = eb.CreateAlloca(cty(acc_dtype), nullptr, "acc");
+    b.CreateStore(init_acc(red, acc_dtype), acc);
+    const DType vt = body[static_cast<size_t>(value)].dtype;
+    over_row(base, K, 1, k.load_params.size() + 1, [&](const std::function<Value*(size_t)>& index) {
+      auto v = stmts(body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+      Value* x = cast(v[static_cast<size_t>(value)], vt, acc_dtype);
+      b.CreateStore(combine(red, acc_dtype, b.CreateLoad(cty(acc_dtype), acc), x), acc);
+    });
     Value* count = b.getInt64(1);
     for (int d = K; d < k.rank; ++d) count = b.CreateMul(count, dims[static_cast<size_t>(d)]);
-    auto e = stmts(k.epilogue, [](int) -> Value* { return nullptr; }, b.CreateLoad(cty(k.acc_dtype), acc), count);
-    store(e[static_cast<size_t>(k.result)], k.epilogue[static_cast<size_t>(k.result)].dtype, base[0]);
+    auto e = stmts(epilogue, [](int) -> Value* { return nullptr; }, b.CreateLoad(cty(acc_dtype), acc), count);
+    return e[static_cast<size_t>(result)];
+  }
+
+  void reduce_row(const std::vector<Value*>& base, int K) {
+    Value* r = reduce_over_row(base, K, k.reduce, k.acc_dtype, k.body, k.value, k.epilogue, k.result);
+    store(r, k.epilogue[static_cast<size_t>(k.result)].dtype, base[0]);
+  }
+
+  // A row program's row: each stage is one pass over the row (its value stays
+  // in a register for the later passes), then the main reduction or the
+  // elementwise pass, whose inner loop reads the stages as loop invariants.
+  void row_program(const std::vector<Value*>& base, int K) {
+    stage_vals.clear();
+    for (size_t i = 0; i < k.stages.size(); ++i) {
+      const kir::Stage& g = k.stages[i];
+      Value* r = reduce_over_row(base, K, g.reduce, g.acc_dtype, g.body, g.value, g.epilogue, g.result);
+      if (g.store >= 0)
+        store(r, g.epilogue[static_cast<size_t>(g.result)].dtype, base[static_cast<size_t>(k.stage_store_slot(i))], g.store);
+      stage_vals.push_back(r);
+    }
+    if (k.reduce != kir::ReduceKind::None) {
+      reduce_row(base, K);
+      return;
+    }
+    over_row(base, K, 0, k.load_params.size() + 1, [&](const std::function<Value*(size_t)>& index) {
+      auto v = stmts(k.body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+      store(v[static_cast<size_t>(k.value)], k.body[static_cast<size_t>(k.value)].dtype, index(0));
+    });
   }
 };
 

@@ -220,6 +220,7 @@ struct Writer {
         case StmtKind::Const: e = const_value(s.dtype, k.const_base() + static_cast<size_t>(s.slot)); break;
         case StmtKind::Acc: e = "acc"; break;
         case StmtKind::Count: e = cast("count", DType::i64, s.dtype); break;
+        case StmtKind::Stage: e = fmt::format("g{}", s.slot); break;
         case StmtKind::Op:
           switch (ir::op_category(s.op)) {
             case ir::Category::Unary: e = s.op == Op::Cast ? cast(a(0), at(0), s.dtype) : unary(s.op, s.dtype, a(0)); break;
@@ -267,11 +268,12 @@ struct Writer {
   DType at = DType::f64;
   const char* AT = "double";
   std::string init, combine;
+  std::string partial = "partial";  // the shared array block_combine goes through
 
   void analyse(const std::string& name) {
     R = k.rank;
     red = k.reduce != kir::ReduceKind::None;
-    K = red ? R - k.reduce_rank : R;
+    K = red || k.row_program() ? R - k.reduce_rank : R;
     args_type = name + "_args";
     lv = live(k.body, k.value);
     std::vector<bool> ll = live_loads(lv);
@@ -282,17 +284,21 @@ struct Writer {
         load_slots.push_back(static_cast<int>(l) + 1);
       }
     vt = k.body[static_cast<size_t>(k.value)].dtype;
-    if (!red) return;
-    at = k.acc_dtype;
+    if (red) set_reduce(k.reduce, k.acc_dtype);
+  }
+
+  // The accumulator type, initial value and combine step of one reduction.
+  void set_reduce(kir::ReduceKind r, DType acc_dtype) {
+    at = acc_dtype;
     AT = value_type(at);
     const bool f = at == DType::f64;
-    switch (k.reduce) {
+    switch (r) {
       case kir::ReduceKind::Max: init = f ? "(-ts::inf_f64())" : "(-9223372036854775807LL - 1)"; break;
       case kir::ReduceKind::Min: init = f ? "ts::inf_f64()" : "9223372036854775807LL"; break;
       default: init = f ? "0.0" : "0"; break;
     }
     // combine(acc, v): NaN-propagating max/min, as the ref interpreter.
-    switch (k.reduce) {
+    switch (r) {
       case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: combine = "{0} = {0} + {1};"; break;
       case kir::ReduceKind::Max:
         combine = f ? "{0} = ({0} != {0}) ? {0} : (({1} > {0} || {1} != {1}) ? {1} : {0});" : "{0} = {1} > {0} ? {1} : {0};";
@@ -423,11 +429,11 @@ struct Writer {
     line(comb("acc", "other"));
     --indent;
     line("}");
-    line(fmt::format("if (lane == 0) partial[{}warp] = acc;", first));
+    line(fmt::format("if (lane == 0) {}[{}warp] = acc;", partial, first));
     line("__syncthreads();");
     line("if (warp == 0) {");
     ++indent;
-    line(fmt::format("acc = lane < nwarps ? partial[{}lane] : {};", first, init));
+    line(fmt::format("acc = lane < nwarps ? {}[{}lane] : {};", partial, first, init));
     line("for (int o = 16; o > 0; o >>= 1) {");
     ++indent;
     line(fmt::format("const {} other = __shfl_down_sync(0xffffffffu, acc, o);", AT));
@@ -563,6 +569,159 @@ struct Writer {
     close();
   }
 
+  // --- row programs: a block per row ---
+  // Load slots the live statements of `list` read (as slot + 1), into `used`.
+  void note_loads(const std::vector<Stmt>& list, const std::vector<bool>& l, std::vector<bool>& used) const {
+    for (size_t i = 0; i < list.size(); ++i)
+      if (l[i] && list[i].kind == StmtKind::Load) used[static_cast<size_t>(list[i].slot) + 1] = true;
+  }
+  void note_stages(const std::vector<Stmt>& list, const std::vector<bool>& l, std::vector<bool>& read) const {
+    for (size_t i = 0; i < list.size(); ++i)
+      if (l[i] && list[i].kind == StmtKind::Stage) read[static_cast<size_t>(list[i].slot)] = true;
+  }
+
+  // A block per row (grid-stride over rows), blockDim.x threads striding
+  // its elements. Each stage: every thread accumulates its share, the block
+  // combines (warp shuffles, then shared memory), lane 0 runs the epilogue,
+  // stores it if the stage is stored and publishes it in shared memory; after
+  // the barrier every thread holds it in a register for the later passes.
+  // The main part is one more such reduction or an elementwise pass over the
+  // row. Every thread runs every loop and reaches every barrier.
+  void row_program(const std::string& name) {
+    const size_t S = k.stages.size();
+    const bool main_red = k.reduce != kir::ReduceKind::None;
+    std::vector<std::vector<bool>> slv(S);
+    std::vector<std::vector<bool>> sle(S);
+    std::vector<bool> used(k.load_params.size() + 1, false), read(S, false);
+    for (size_t i = 0; i < S; ++i) {
+      slv[i] = live(k.stages[i].body, k.stages[i].value);
+      sle[i] = live(k.stages[i].epilogue, k.stages[i].result);
+      note_loads(k.stages[i].body, slv[i], used);
+      note_stages(k.stages[i].body, slv[i], read);
+    }
+    note_loads(k.body, lv, used);
+    note_stages(k.body, lv, read);
+    std::vector<bool> le = main_red ? live(k.epilogue, k.result) : std::vector<bool>{};
+    std::vector<int> loads;
+    for (size_t l = 1; l < used.size(); ++l)
+      if (used[l]) loads.push_back(static_cast<int>(l));
+
+    out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(const {} A) {{\n", kBlockThreads, name,
+                       args_type);
+    std::vector<bool> pl(k.params.size(), false);
+    pl[0] = true;
+    for (int s : loads) pl[static_cast<size_t>(k.load_params[static_cast<size_t>(s - 1)])] = true;
+    for (const kir::Stage& g : k.stages)
+      if (g.store >= 0) pl[static_cast<size_t>(g.store)] = true;
+    for (size_t p = 0; p < k.params.size(); ++p)
+      if (pl[p]) {
+        bool written = k.params[p].output;
+        line(fmt::format("{}{}* __restrict__ p{} = A.p{};", written ? "" : "const ", storage_type(k.params[p].dtype), p,
+                         p));
+      }
+    for (int d = 0; d < R; ++d) line(fmt::format("const int64_t d{} = A.a[{}];", d, d));
+    // Strides: loads move along every dim, the main store too when it is
+    // elementwise, stage stores (and a reduction's store) along the kept dims only.
+    std::vector<int> kept_slots{0}, inner_slots(loads);
+    if (!main_red) inner_slots.insert(inner_slots.begin(), 0);
+    for (size_t i = 0; i < S; ++i)
+      if (k.stages[i].store >= 0) kept_slots.push_back(k.stage_store_slot(i));
+    for (int s : inner_slots)
+      for (int d = 0; d < R; ++d) line(fmt::format("const int64_t s{0}_{1} = A.a[{2}];", s, d, k.slot_base(s) + 1 + static_cast<size_t>(d)));
+    for (int s : kept_slots) {
+      if (s == 0 && !main_red) continue;
+      for (int d = 0; d < K; ++d) line(fmt::format("const int64_t s{0}_{1} = A.a[{2}];", s, d, k.slot_base(s) + 1 + static_cast<size_t>(d)));
+    }
+    std::string rows = "d0", count = fmt::format("d{}", K);
+    for (int d = 1; d < K; ++d) rows += fmt::format(" * d{}", d);
+    for (int d = K + 1; d < R; ++d) count += fmt::format(" * d{}", d);
+    line(fmt::format("const int64_t rows = {};", rows));
+    line(fmt::format("const int64_t count = {};", count));
+    line("const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;");
+    std::vector<int> row_slots(kept_slots);
+    row_slots.insert(row_slots.end(), loads.begin(), loads.end());
+    for (size_t i = 0; i < S; ++i) {
+      const kir::Stage& g = k.stages[i];
+      line(fmt::format("__shared__ {} partial_s{}[32];", value_type(g.acc_dtype), i));
+      if (read[i]) line(fmt::format("__shared__ {} stage_s{};", value_type(g.epilogue[static_cast<size_t>(g.result)].dtype), i));
+    }
+    if (main_red) line(fmt::format("__shared__ {} partial[32];", value_type(k.acc_dtype)));
+    line("for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {");
+    ++indent;
+    for (int s : row_slots) line(fmt::format("int64_t r{} = A.a[{}];", s, k.slot_base(s)));
+    line("{");
+    ++indent;
+    row_offsets("row", row_slots, "r");
+    --indent;
+    line("}");
+    // acc += the list over the row's elements, as accumulate() does for a reduction kernel.
+    // `stores`: the main store moves along the row too (the elementwise pass).
+    auto pass = [&](const std::vector<Stmt>& body, const std::vector<bool>& l, const char* prefix, bool stores,
+                    const std::function<void()>& use) {
+      line("for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {");
+      ++indent;
+      std::vector<bool> reads(k.load_params.size() + 1, false);
+      note_loads(body, l, reads);
+      std::vector<int> mv;
+      if (stores) mv.push_back(0);
+      for (int s : loads)
+        if (reads[static_cast<size_t>(s)]) mv.push_back(s);
+      for (int s : mv) line(fmt::format("int64_t o{0} = r{0};", s));
+      if (!mv.empty()) {
+        line("int64_t u = j;");
+        split("u", K, R, mv);
+      }
+      stmts(body, l, prefix, [&](int slot) { return fmt::format("p{}[o{}]", k.load_params[static_cast<size_t>(slot)], slot + 1); });
+      use();
+      --indent;
+      line("}");
+    };
+    for (size_t i = 0; i < S; ++i) {
+      const kir::Stage& g = k.stages[i];
+      set_reduce(g.reduce, g.acc_dtype);
+      partial = fmt::format("partial_s{}", i);
+      const DType gvt = g.body[static_cast<size_t>(g.value)].dtype, rt = g.epilogue[static_cast<size_t>(g.result)].dtype;
+      line(fmt::format("{{  // stage {}: {}", i, kir::reduce_name(g.reduce)));
+      ++indent;
+      line(fmt::format("{} acc = {};", AT, init));
+      std::string prefix = fmt::format("s{}v", i);
+      pass(g.body, slv[i], prefix.c_str(), false, [&] { line(comb("acc", cast(fmt::format("{}{}", prefix, g.value), gvt, at))); });
+      block_combine("", [&] {
+        line("if (lane == 0) {");
+        ++indent;
+        std::string ep = fmt::format("s{}e", i);
+        stmts(g.epilogue, sle[i], ep.c_str(), [](int) -> std::string { throw InternalError("emit_cuda: a load in an epilogue"); });
+        if (g.store >= 0)
+          line(fmt::format("p{}[r{}] = {};", g.store, k.stage_store_slot(i), store(fmt::format("{}{}", ep, g.result), rt)));
+        if (read[i]) line(fmt::format("stage_s{} = {}{};", i, ep, g.result));
+        --indent;
+        line("}");
+      });
+      --indent;
+      line("}");
+      if (read[i]) line(fmt::format("const {} g{} = stage_s{};", value_type(rt), i, i));
+    }
+    if (main_red) {
+      set_reduce(k.reduce, k.acc_dtype);
+      partial = "partial";
+      line(fmt::format("{} acc = {};", AT, init));
+      pass(k.body, lv, "mv", false, [&] { line(comb("acc", cast(fmt::format("mv{}", k.value), vt, at))); });
+      block_combine("", [&] {
+        line("if (lane == 0) {");
+        ++indent;
+        stmts(k.epilogue, le, "e", [](int) -> std::string { throw InternalError("emit_cuda: a load in an epilogue"); });
+        line(fmt::format("p0[r0] = {};", store(fmt::format("e{}", k.result), k.epilogue[static_cast<size_t>(k.result)].dtype)));
+        --indent;
+        line("}");
+      });
+    } else {
+      pass(k.body, lv, "v", true, [&] { line(fmt::format("p0[o0] = {};", store(fmt::format("v{}", k.value), vt))); });
+    }
+    --indent;
+    line("}");
+    close();
+  }
+
   void emit(const std::string& name) {
     analyse(name);
     // The kernel IR's text as a comment: a dumped source says what it computes.
@@ -579,9 +738,11 @@ struct Writer {
     }
     out += fmt::format("struct {} {{\n", args_type);
     for (size_t p = 0; p < k.params.size(); ++p)
-      out += fmt::format("  {}{}* p{};\n", p == 0 ? "" : "const ", storage_type(k.params[p].dtype), p);
+      out += fmt::format("  {}{}* p{};\n", k.params[p].output ? "" : "const ", storage_type(k.params[p].dtype), p);
     out += fmt::format("  int64_t a[{}];\n}};\n", k.num_args());
-    if (!red) {
+    if (k.row_program()) {
+      row_program(name);
+    } else if (!red) {
       elementwise(name);
       elementwise_vector(variant_name(name, Variant::vector), vector_width(k));
     } else {
@@ -604,12 +765,18 @@ std::string variant_name(const std::string& name, Variant v) {
   return name;
 }
 
+std::vector<Variant> variants(const kir::Kernel& k) {
+  if (k.row_program()) return {Variant::plain};
+  if (k.reduce == kir::ReduceKind::None) return {Variant::plain, Variant::vector};
+  return {Variant::plain, Variant::partial, Variant::finish};
+}
+
 std::string kernel_name(const kir::Kernel& k) {
   return "tessel_cu_" + make_key(k.text(), "cuda-emitter-1", "", "").to_hex();
 }
 
 unsigned vector_width(const kir::Kernel& k) {
-  if (k.reduce != kir::ReduceKind::None) return 1;
+  if (k.reduce != kir::ReduceKind::None || k.row_program()) return 1;
   size_t widest = 1;
   for (const kir::Param& p : k.params) widest = std::max(widest, dtype_size(p.dtype));
   return static_cast<unsigned>(std::min<size_t>(4, 16 / widest));
@@ -670,6 +837,21 @@ LaunchShape launch_shape(const kir::Kernel& k, const std::vector<int64_t>& args,
   const int R = k.rank;
   if (args.size() != k.num_args())
     throw InternalError(fmt::format("launch_shape: {} arguments for a kernel of {}", args.size(), k.num_args()));
+  if (k.row_program()) {
+    // A block per row, threads enough for its elements (a whole number of
+    // warps); long rows loop, so one block serves any length.
+    const int K = R - k.reduce_rank;
+    int64_t rows = 1, count = 1;
+    for (int d = 0; d < K; ++d) rows *= args[static_cast<size_t>(d)];
+    for (int d = K; d < R; ++d) count *= args[static_cast<size_t>(d)];
+    if (rows <= 0) {
+      L.empty = true;
+      return L;
+    }
+    L.block_x = std::clamp(pow2_at_least(count), 32u, kBlockThreads);
+    L.grid = static_cast<unsigned>(std::min<int64_t>(rows, max_blocks));
+    return L;
+  }
   if (k.reduce == kir::ReduceKind::None) {
     int64_t total = 1;
     for (int d = 0; d < R; ++d) total *= args[static_cast<size_t>(d)];

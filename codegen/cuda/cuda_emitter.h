@@ -33,6 +33,11 @@
 //     dtype), then <name>_fin, a block per output combining its partials in a
 //     fixed order and running the epilogue (a Mean divides by the full count).
 //     No atomics: the result does not depend on how blocks are scheduled.
+//   - row program (kernel_ir.h): a block per row, grid-stride over rows;
+//     each stage is one pass of the block's threads over the row, combined
+//     as a reduction's (warp shuffles, shared memory), its result shared
+//     through shared memory behind a __syncthreads; then the main pass. No
+//     split or vectorized variant: a long row loops within its block.
 //
 //   cudagen::CudaSource s = cudagen::emit_cuda(kernel);
 //   auto ptx = cuda::compile(s.source, s.name, {.arch = 90});
@@ -66,6 +71,10 @@ struct CudaSource {
 enum class Variant : uint8_t { plain, vector, partial, finish };
 /// "<name>", "<name>_vec", "<name>_part", "<name>_fin".
 std::string variant_name(const std::string& name, Variant v);
+/// The kernels the source for `k` defines, <name> first: elementwise kernels
+/// have the vectorized one, reductions the two split passes, row programs
+/// only <name>.
+std::vector<Variant> variants(const kir::Kernel& k);
 
 /// The symbol of the kernel generated for `k`: equal for equal kernel texts.
 std::string kernel_name(const kir::Kernel& k);

@@ -4,6 +4,8 @@
 // against the host emulation header.
 #pragma once
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <functional>
@@ -58,13 +60,15 @@ inline std::string emulation_source(const std::map<std::string, tessel::kir::Ker
     s += src.source;
     s += fmt::format("static_assert(sizeof({}) == {}, \"argument struct layout\");\n", src.args_type,
                      8 * (src.num_bufs + src.num_args));
-    const bool red = k.reduce != tessel::kir::ReduceKind::None;
-    for (Variant v : red ? std::vector<Variant>{Variant::plain} : std::vector<Variant>{Variant::plain, Variant::vector})
-      s += fmt::format(
-          "extern \"C\" void emu_{1}(const void* packed, unsigned g, unsigned bx, unsigned by) {{\n"
-          "  {0} a;\n  std::memcpy(&a, packed, sizeof a);\n"
-          "  emu::launch({1}, dim3(g), dim3(bx, by), a);\n}}\n",
-          src.args_type, variant_name(src.name, v));
+    const std::vector<Variant> vs = tessel::cudagen::variants(k);
+    const bool red = std::find(vs.begin(), vs.end(), Variant::partial) != vs.end();
+    for (Variant v : vs)
+      if (v == Variant::plain || v == Variant::vector)
+        s += fmt::format(
+            "extern \"C\" void emu_{1}(const void* packed, unsigned g, unsigned bx, unsigned by) {{\n"
+            "  {0} a;\n  std::memcpy(&a, packed, sizeof a);\n"
+            "  emu::launch({1}, dim3(g), dim3(bx, by), a);\n}}\n",
+            src.args_type, variant_name(src.name, v));
     if (red) {
       const char* acc = k.acc_dtype == tessel::DType::f64 ? "double" : "int64_t";
       for (Variant v : {Variant::partial, Variant::finish})

@@ -83,9 +83,9 @@ TEST_CASE("generated CUDA kernels of random trees compile clean under NVRTC for 
           } else {
             // Every variant the launch may pick is in the module.
             using tessel::cudagen::Variant;
-            const bool red = ks[i]->reduce != tessel::kir::ReduceKind::None;
-            for (Variant v : red ? std::vector<Variant>{Variant::plain, Variant::partial, Variant::finish}
-                                 : std::vector<Variant>{Variant::plain, Variant::vector})
+            const std::vector<Variant> vs = tessel::cudagen::variants(*ks[i]);
+            const bool red = std::find(vs.begin(), vs.end(), Variant::vector) == vs.end();
+            for (Variant v : vs)
               if (out.ptx.find(".entry " + tessel::cudagen::variant_name(src.name, v) + "(") == std::string::npos)
                 failures.push_back(fmt::format("{}: no {} in the PTX", src.name, tessel::cudagen::variant_name(src.name, v)));
             // The vectorized variant of an all-f32 kernel reads and writes 16 bytes at a time.

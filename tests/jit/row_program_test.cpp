@@ -1,0 +1,277 @@
+// Row programs: several reductions over one row domain and their elementwise
+// readers in one kernel (softmax, log_softmax, layer norm), against the ref
+// interpreter. Scheduling tests run in every build; the compiled ones need LLVM.
+#include "tests/support/tensor_testing.h"
+
+#include <functional>
+
+#include "codegen/cpu/cpu_backend.h"
+#include "codegen/schedule.h"
+#include "dsl/functional.h"
+#include "tessel/config.h"
+
+using namespace tessel;
+using namespace tessel::testing;
+
+namespace {
+
+Tensor rnd(std::mt19937_64& g, const Shape& s, DType t, double scale = 4) {
+  std::uniform_real_distribution<double> u(-scale, scale);
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (auto& x : v) x = u(g);
+  return make(v, s, t);
+}
+
+// mean, then the mean of the squared deviation, then the normalized row.
+Tensor layer_norm_rows(const Tensor& x, int64_t dim) {
+  Tensor mu = x.mean({dim}, true);
+  Tensor d = sub(x, mu);
+  Tensor var = mul(d, d).mean({dim}, true);
+  return div(d, Tensor(var + 1e-5).sqrt());
+}
+
+const sched::Step* row_step(const sched::Schedule& s) {
+  for (const sched::Step& st : s.steps)
+    if (st.kind == sched::StepKind::RowProgram) return &st;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("row programs: softmax is one kernel of two stages", "[jit]") {
+  Tensor x = rand({33, 257});
+  Tensor y = softmax(x, 1);  // the schedule points into y's graph: keep it alive
+  sched::Schedule s = sched::schedule({y.node()});
+  INFO(s.to_string());
+  CHECK(s.kernels() == 1);
+  REQUIRE(s.steps.size() == 1);
+  const sched::Step* st = row_step(s);
+  REQUIRE(st);
+  REQUIRE(st->stages.size() == 2);
+  CHECK(st->stages[0]->op == ir::Op::Max);
+  CHECK(st->stages[1]->op == ir::Op::Sum);
+  CHECK(st->stored == std::vector<bool>{false, false});
+  CHECK(st->reason == "row program: 2 reduction(s) over axes [1] of [33, 257] share the kernel");
+}
+
+TEST_CASE("row programs: log_softmax, layer norm and cross_entropy's row part", "[jit]") {
+  Tensor x = rand({8, 16});
+  Tensor lsm = log_softmax(x, 1);  // the schedules point into these graphs: keep them alive
+  sched::Schedule ls = sched::schedule({lsm.node()});
+  INFO(ls.to_string());
+  CHECK(ls.kernels() == 1);
+  REQUIRE(row_step(ls));
+  CHECK(row_step(ls)->stages.size() == 2);
+
+  Tensor lnr = layer_norm_rows(x, 1);
+  sched::Schedule ln = sched::schedule({lnr.node()});
+  INFO(ln.to_string());
+  CHECK(ln.kernels() == 1);
+  REQUIRE(row_step(ln));
+  CHECK(row_step(ln)->stages.size() == 2);
+  CHECK(row_step(ln)->stages[0]->op == ir::Op::Mean);
+
+  // The picked log-probability is a third reduction over the same rows; the
+  // mean over the batch is another domain, and its negation a kernel of its own.
+  Tensor labels = from_vector<int64_t>({0, 3, 15, 7, 7, 1, 2, 9}, Shape{8});
+  Tensor ce_loss = cross_entropy(x, labels);
+  sched::Schedule ce = sched::schedule({ce_loss.node()});
+  INFO(ce.to_string());
+  CHECK(ce.kernels() == 3);
+  REQUIRE(row_step(ce));
+  CHECK(row_step(ce)->node->op == ir::Op::Sum);
+  CHECK(row_step(ce)->stages.size() == 2);
+  sched::Options off;
+  off.row_programs = false;
+  CHECK(sched::schedule({ce_loss.node()}, off).kernels() == 6);  // max, x - max, sum, picked sum, mean, neg
+}
+
+TEST_CASE("row programs: a stage read elsewhere keeps today's cuts", "[jit]") {
+  Tensor x = rand({5, 7});
+  Tensor m = x.max(1, true);
+  // m is also read transposed: its row value is needed outside the kernel.
+  Tensor y = Tensor(sub(x, m).exp()) + m.t().sum();
+  sched::Schedule s = sched::schedule({y.node()});
+  INFO(s.to_string());
+  CHECK(row_step(s) == nullptr);
+  CHECK(s.kernels() == 3);  // max, the full sum, the elementwise root
+
+  sched::Options off;
+  off.row_programs = false;
+  Tensor sm = softmax(x, 1);
+  sched::Schedule s2 = sched::schedule({sm.node()}, off);
+  INFO(s2.to_string());
+  CHECK(s2.kernels() == 4);  // max, exp(x - max) used twice, sum, divide
+}
+
+#if TESSEL_HAS_LLVM
+
+namespace {
+
+// Runs `f` on the compiled backend and on ref; returns the kernels launched.
+uint64_t compare(const std::function<Tensor()>& f, bool exact, double tol = 0) {
+  Backend* jit = cpu_jit_backend();
+  REQUIRE(jit);
+  Tensor want, got;
+  {
+    BackendOverride o(ref_backend());
+    want = f();
+    want.eval();
+  }
+  uint64_t before = cpu_jit_stats().kernels_launched;
+  {
+    BackendOverride o(*jit);
+    got = f();
+    got.eval();
+  }
+  uint64_t launched = cpu_jit_stats().kernels_launched - before;
+  REQUIRE(got.shape() == want.shape());
+  if (exact) {
+    auto a = vals(got), b = vals(want);
+    REQUIRE(a.size() == b.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) bad += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+    CHECK(bad == 0);
+  } else {
+    require_close(vals(got), vals(want), tol, tol);
+  }
+  return launched;
+}
+
+}  // namespace
+
+TEST_CASE("row programs: softmax over dim 1 of [33, 257] is one launch, bit-equal to ref", "[jit]") {
+  std::mt19937_64 g(7);
+  for (DType t : {DType::f32, DType::f64}) {
+    Tensor x = rnd(g, {33, 257}, t);
+    CHECK(compare([&] { return softmax(x, 1); }, true) == 1);
+    CHECK(compare([&] { return log_softmax(x, 1); }, true) == 1);
+    CHECK(compare([&] { return layer_norm_rows(x, 1); }, true) == 1);
+  }
+  // A softmax row sums to one.
+  BackendOverride o(*cpu_jit_backend());
+  Tensor p = softmax(rnd(g, {3, 1000}, DType::f64), 1);
+  for (double v : vals(p.sum({1}))) CHECK(std::fabs(v - 1) < 1e-12);
+}
+
+TEST_CASE("row programs: odd shapes, long rows, strided and transposed inputs", "[jit]") {
+  std::mt19937_64 g(11);
+  for (DType t : {DType::f32, DType::f64}) {
+    for (int64_t rows : {1, 31, 33}) {
+      for (int64_t cols : {1, 2, 31, 33}) {
+        INFO(dtype_name(t) << " [" << rows << ", " << cols << "]");
+        Tensor x = rnd(g, {rows, cols}, t);
+        CHECK(compare([&] { return softmax(x, 1); }, true) == 1);
+        CHECK(compare([&] { return log_softmax(x, 0); }, true) == 1);
+        CHECK(compare([&] { return layer_norm_rows(x, 1); }, true) == 1);
+      }
+    }
+    INFO(dtype_name(t));
+    Tensor big = rnd(g, {1, 1000003}, t);
+    CHECK(compare([&] { return softmax(big, 1); }, true) == 1);
+    CHECK(compare([&] { return layer_norm_rows(big, 1); }, true) == 1);
+    Tensor tr = rnd(g, {257, 33}, t).t();  // rows are strided in memory
+    CHECK(compare([&] { return softmax(tr, 1); }, true) == 1);
+    Tensor sl = rnd(g, {31, 66}, t).slice(1, 1, 66, 2);
+    CHECK(compare([&] { return log_softmax(sl, 1); }, true) == 1);
+    Tensor x3 = rnd(g, {3, 17, 5}, t);  // reduce the middle axis, and two axes at once
+    CHECK(compare([&] { return softmax(x3, 1); }, true) == 1);
+    CHECK(compare([&] { return layer_norm_rows(x3.permute({2, 0, 1}), 2); }, true) == 1);
+    CHECK(compare([&] {
+      Tensor mu = x3.mean({1, 2}, true);
+      Tensor d = sub(x3, mu);
+      return div(d, Tensor(mul(d, d).mean({1, 2}, true) + 1e-5).sqrt());
+    }, true) == 1);
+  }
+}
+
+TEST_CASE("row programs: cross_entropy's forward is three launches and its gradient holds", "[jit][autograd]") {
+  std::mt19937_64 g(3);
+  Tensor logits = rnd(g, {31, 10}, DType::f32);
+  std::vector<int64_t> lab(31);
+  for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int64_t>((i * 7) % 10);
+  Tensor labels = from_vector<int64_t>(lab, Shape{31});
+  CHECK(compare([&] { return cross_entropy(logits, labels); }, true) == 3);  // rows, batch mean, negation
+
+  // d/dlogits of the mean loss: (softmax - onehot) / N, on both backends.
+  auto grad = [&](Backend& b) {
+    BackendOverride o(b);
+    Tensor w = logits.detach().requires_grad_();
+    Tensor loss = cross_entropy(w, labels);
+    loss.backward();
+    return vals(w.grad());
+  };
+  auto got = grad(*cpu_jit_backend());
+  auto want = grad(ref_backend());
+  require_close(got, want, 1e-6, 1e-7);
+  auto p = vals(softmax(logits, 1));
+  for (size_t i = 0; i < 31; ++i)
+    for (size_t c = 0; c < 10; ++c) {
+      double expect = (p[i * 10 + c] - (static_cast<int64_t>(c) == lab[i] ? 1.0 : 0.0)) / 31.0;
+      INFO("row " << i << " class " << c);
+      CHECK(std::fabs(got[i * 10 + c] - expect) < 1e-6);
+    }
+}
+
+TEST_CASE("row programs: a stage that is also a result is stored by the kernel", "[jit]") {
+  std::mt19937_64 g(5);
+  Tensor x = rnd(g, {9, 40}, DType::f64);
+  auto run = [&](Backend& b) {
+    BackendOverride o(b);
+    Tensor mu = x.mean({1}, true);
+    Tensor y = Tensor(sub(x, mu) * 2.0);
+    realize({mu, y});
+    return std::make_pair(vals(mu), vals(y));
+  };
+  uint64_t before = cpu_jit_stats().kernels_launched;
+  auto [mu, y] = run(*cpu_jit_backend());
+  CHECK(cpu_jit_stats().kernels_launched - before == 1);
+  auto [mu_ref, y_ref] = run(ref_backend());
+  CHECK(mu == mu_ref);
+  CHECK(y == y_ref);
+}
+
+TEST_CASE("row programs: random row pipelines vs ref", "[jit][property]") {
+  uint64_t seed = test_seed("row program pipelines");
+  std::mt19937_64 pick(seed);
+  const int64_t sizes[] = {1, 2, 7, 31, 33, 64};
+  for (int trial = 0; trial < 120; ++trial) {
+    uint64_t tseed = pick();
+    std::mt19937_64 g(tseed);
+    DType t = g() % 2 ? DType::f32 : DType::f64;
+    int64_t m = sizes[g() % 6], n = sizes[g() % 6];
+    int64_t dim = static_cast<int64_t>(g() % 2);
+    Tensor a = rnd(g, {m, n}, t), b = rnd(g, {n, m}, t).t(), c = rnd(g, {1, n}, t);
+    int stages = 1 + static_cast<int>(g() % 3);
+    std::vector<int> ops;
+    for (int i = 0; i < stages + 1; ++i) ops.push_back(static_cast<int>(g() % 6));
+    // x = f(a, b, c); each stage reduces an expression of x and the earlier
+    // stages; the result mixes them all.
+    auto build = [&] {
+      Tensor x = Tensor(a * b + c).tanh() * 3.0;
+      std::vector<Tensor> st;
+      Tensor cur = x;
+      for (int i = 0; i < stages; ++i) {
+        Tensor body = st.empty() ? x : Tensor(x - st.back());
+        Tensor r;
+        switch (ops[static_cast<size_t>(i)]) {
+          case 0: r = body.max(dim, true); break;
+          case 1: r = body.min(dim, true); break;
+          case 2: r = body.exp().sum({dim}, true); break;
+          case 3: r = body.mean({dim}, true); break;
+          case 4: r = mul(body, body).mean({dim}, true); break;
+          default: r = body.abs().sum({dim}, true); break;
+        }
+        st.push_back(r);
+      }
+      Tensor out = x;
+      for (size_t i = 0; i < st.size(); ++i) out = Tensor(out - st[i] * 0.5);
+      if (ops.back() % 2) return out.exp().sum({dim}, true);  // the main part is a reduction too
+      return out;
+    };
+    INFO("trial " << trial << " seed " << tseed << " " << dtype_name(t) << " [" << m << ", " << n << "] dim " << dim);
+    CHECK(compare(build, true) == 1);
+  }
+}
+
+#endif
