@@ -104,6 +104,24 @@ TEST_CASE("row programs: a stage read elsewhere keeps today's cuts", "[jit]") {
   CHECK(s2.kernels() == 4);  // max, exp(x - max) used twice, sum, divide
 }
 
+TEST_CASE("row programs: values kept for backward split the group where they are stored", "[jit][autograd]") {
+  Tensor x = rand({6, 9}).requires_grad_();
+  Tensor y = softmax(x, 1);
+  sched::Schedule s = sched::schedule({y.node()}, {.keep_grad_values = true});
+  INFO(s.to_string());
+  // x - max and exp(x - max) are kept for backward, so they are written:
+  // [max | x - max], exp, [sum (kept too, so stored) | divide].
+  REQUIRE(s.steps.size() == 3);
+  CHECK(s.kernels() == 3);
+  CHECK(s.steps[0].kind == sched::StepKind::RowProgram);
+  CHECK(s.steps[0].node->op == ir::Op::Sub);
+  CHECK(s.steps[0].stored == std::vector<bool>{false});  // the shift carries no gradient
+  CHECK(s.steps[1].kind == sched::StepKind::Kernel);
+  CHECK(s.steps[2].kind == sched::StepKind::RowProgram);
+  CHECK(s.steps[2].stages[0]->op == ir::Op::Sum);
+  CHECK(s.steps[2].stored == std::vector<bool>{true});
+}
+
 #if TESSEL_HAS_LLVM
 
 namespace {
@@ -211,6 +229,26 @@ TEST_CASE("row programs: cross_entropy's forward is three launches and its gradi
       INFO("row " << i << " class " << c);
       CHECK(std::fabs(got[i * 10 + c] - expect) < 1e-6);
     }
+}
+
+TEST_CASE("row programs: softmax and layer norm gradients equal ref's", "[jit][autograd]") {
+  std::mt19937_64 g(9);
+  Tensor x0 = rnd(g, {17, 33}, DType::f64), w = rnd(g, {17, 33}, DType::f64);
+  for (int which = 0; which < 2; ++which) {
+    auto grad = [&](Backend& b) {
+      BackendOverride o(b);
+      Tensor x = x0.detach().requires_grad_();
+      Tensor y = which == 0 ? softmax(x, 1) : layer_norm_rows(x, 1);
+      Tensor(y * w).sum().backward();
+      return vals(x.grad());
+    };
+    INFO((which == 0 ? "softmax" : "layer norm"));
+    auto got = grad(*cpu_jit_backend()), want = grad(ref_backend());
+    require_close(got, want, 1e-12, 1e-12);
+    double total = 0;  // softmax's gradient sums to zero along each row; so does layer norm's
+    for (size_t c = 0; c < 33; ++c) total += got[c];
+    CHECK(std::fabs(total) < 1e-9);
+  }
 }
 
 TEST_CASE("row programs: a stage that is also a result is stored by the kernel", "[jit]") {
