@@ -162,12 +162,12 @@ struct Loaded {
         return nullptr;
       }
     };
-    if (k.reduce == kir::ReduceKind::None) {
-      vec = optional(cudagen::Variant::vector);
-    } else {
-      part = optional(cudagen::Variant::partial);
-      fin = part ? optional(cudagen::Variant::finish) : nullptr;
+    for (cudagen::Variant v : cudagen::variants(k)) {
+      if (v == cudagen::Variant::vector) vec = optional(v);
+      if (v == cudagen::Variant::partial) part = optional(v);
+      if (v == cudagen::Variant::finish) fin = optional(v);
     }
+    if (!part || !fin) part = fin = nullptr;
   }
 };
 
