@@ -37,4 +37,27 @@ Backend& cpu_backend() {
 BackendOverride::BackendOverride(Backend& b) : prev_(t_override) { t_override = &b; }
 BackendOverride::~BackendOverride() { t_override = prev_; }
 
+ir::BufferView host_dense(DType t, const Shape& s) {
+  ir::BufferView v;
+  v.storage = Storage::allocate(static_cast<size_t>(std::max<int64_t>(s.numel(), 1)) * dtype_size(t));
+  v.strides = contiguous_strides(s);
+  return v;
+}
+
+ir::BufferView eval_with_ref(const ir::Node& n, const std::vector<ir::BufferView>& args) {
+  auto clone = std::make_shared<ir::Node>(n);
+  clone->buffer.reset();
+  for (size_t i = 0; i < n.args.size(); ++i) {
+    auto leaf = std::make_shared<ir::Node>();
+    leaf->op = ir::Op::Input;
+    leaf->dtype = n.args[i]->dtype;
+    leaf->shape = n.args[i]->shape;
+    leaf->buffer = args[i];
+    clone->args[i] = leaf;
+  }
+  clone->requires_grad = false;
+  ref_backend().realize({clone}, false);
+  return *clone->buffer;
+}
+
 }  // namespace tessel

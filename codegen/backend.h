@@ -34,6 +34,14 @@ namespace detail {
 void count_ref_realization();  // the interpreter's one hook
 }
 
+/// Dense host memory (contiguous strides) for a value of this dtype and shape.
+ir::BufferView host_dense(DType t, const Shape& s);
+
+/// `n` evaluated by the ref interpreter over its arguments' values -- the
+/// compiled backends' fallback. It runs on a clone over leaves holding those
+/// values, so the real node keeps its laziness.
+ir::BufferView eval_with_ref(const ir::Node& n, const std::vector<ir::BufferView>& args);
+
 /// The backend for CPU tensors: TESSEL_BACKEND, else the best one built.
 Backend& cpu_backend();
 /// Installs the compiled CPU backend (called by the JIT at start-up).

@@ -80,12 +80,7 @@ void bump(std::atomic<std::uint64_t> AtomicStats::*field, std::uint64_t n = 1) {
   (g_stats.*field).fetch_add(n, std::memory_order_relaxed);
 }
 
-BufferView alloc_dense(DType dt, const Shape& s) {
-  BufferView v;
-  v.storage = Storage::allocate(static_cast<size_t>(std::max<int64_t>(s.numel(), 1)) * dtype_size(dt));
-  v.strides = contiguous_strides(s);
-  return v;
-}
+BufferView alloc_dense(DType dt, const Shape& s) { return host_dense(dt, s); }
 
 std::string dump_dir() {
   const char* e = std::getenv("TESSEL_DUMP");
@@ -230,23 +225,8 @@ void run_lowered(const lower::Lowered& l, cpujit::KernelFn* fn) {
   launch_kernel(fn, bufs.ptrs, l.args.data(), l.args.size(), l.kernel, l.rows);
 }
 
-// A node the kernels do not compute, evaluated by the ref interpreter over
-// its arguments' values (a clone, so the real node keeps its laziness).
-BufferView by_ref(const Node& n, const std::vector<BufferView>& args) {
-  auto clone = std::make_shared<Node>(n);
-  clone->buffer.reset();
-  for (size_t i = 0; i < n.args.size(); ++i) {
-    auto leaf = std::make_shared<Node>();
-    leaf->op = Op::Input;
-    leaf->dtype = n.args[i]->dtype;
-    leaf->shape = n.args[i]->shape;
-    leaf->buffer = args[i];
-    clone->args[i] = leaf;
-  }
-  clone->requires_grad = false;
-  ref_backend().realize({clone}, false);
-  return *clone->buffer;
-}
+// A node the kernels do not compute.
+BufferView by_ref(const Node& n, const std::vector<BufferView>& args) { return eval_with_ref(n, args); }
 
 // Bands of a matmul with an epilogue hold about this many bytes of product:
 // BLAS writes a band, the epilogue reads it back while it is still in L2.

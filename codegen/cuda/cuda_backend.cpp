@@ -33,22 +33,7 @@ using ir::Op;
 
 namespace cudagen {
 
-BufferView ref_eval(const Node& n, const std::vector<BufferView>& args) {
-  // A clone over leaves holding the values, so the real node keeps its laziness.
-  auto clone = std::make_shared<Node>(n);
-  clone->buffer.reset();
-  for (size_t i = 0; i < n.args.size(); ++i) {
-    auto leaf = std::make_shared<Node>();
-    leaf->op = Op::Input;
-    leaf->dtype = n.args[i]->dtype;
-    leaf->shape = n.args[i]->shape;
-    leaf->buffer = args[i];
-    clone->args[i] = leaf;
-  }
-  clone->requires_grad = false;
-  ref_backend().realize({clone}, false);
-  return *clone->buffer;
-}
+BufferView ref_eval(const Node& n, const std::vector<BufferView>& args) { return eval_with_ref(n, args); }
 
 void realize_steps(Executor& ex, const std::vector<ir::NodePtr>& roots, bool keep_grad_values) {
   sched::Schedule S = sched::schedule(roots, {16, keep_grad_values});

@@ -21,12 +21,7 @@ using ir::Node;
 using ir::Op;
 using ref::StridedLoop;
 
-BufferView alloc_dense(DType dt, const Shape& s) {
-  BufferView v;
-  v.storage = Storage::allocate(static_cast<size_t>(std::max<int64_t>(s.numel(), 1)) * dtype_size(dt));
-  v.strides = contiguous_strides(s);
-  return v;
-}
+BufferView alloc_dense(DType dt, const Shape& s) { return host_dense(dt, s); }
 
 template <class F>
 decltype(auto) dispatch(DType t, F&& f) {
