@@ -31,23 +31,49 @@ bool can_cast(DType from, DType to) {
 
 // Copies `src` (same shape and dtype as dst) into dst's strided memory.
 void strided_copy(const ir::BufferView& dst, const ir::BufferView& src, DType dt, const Shape& shape) {
-  size_t es = dtype_size(dt);
-  int64_t n = shape.numel();
-  if (n == 0) return;
-  std::vector<int64_t> idx(shape.dims.size(), 0);
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  if (shape.numel() == 0) return;
+  // Merge dims both views walk contiguously (an optimizer step's whole
+  // parameter becomes one memcpy), then copy the innermost run per row.
+  std::vector<int64_t> dims, ds, ss;
+  for (size_t i = 0; i < shape.dims.size(); ++i) {
+    int64_t n = shape.dims[i];
+    if (n == 1) continue;
+    if (!dims.empty() && ds.back() == dst.strides[i] * n && ss.back() == src.strides[i] * n) {
+      dims.back() *= n;
+      ds.back() = dst.strides[i];
+      ss.back() = src.strides[i];
+    } else {
+      dims.push_back(n);
+      ds.push_back(dst.strides[i]);
+      ss.push_back(src.strides[i]);
+    }
+  }
+  if (dims.empty()) dims = {1}, ds = {1}, ss = {1};
   std::byte* d = dst.bytes(dt);
   const std::byte* s = src.bytes(dt);
-  for (int64_t k = 0; k < n; ++k) {
+  const size_t r = dims.size();
+  const int64_t inner = dims[r - 1];
+  const bool run = ds[r - 1] == 1 && ss[r - 1] == 1;
+  std::vector<int64_t> idx(r - 1, 0);
+  for (;;) {
     int64_t od = 0, os = 0;
-    for (size_t i = 0; i < idx.size(); ++i) {
-      od += idx[i] * dst.strides[i];
-      os += idx[i] * src.strides[i];
+    for (size_t i = 0; i + 1 < r; ++i) {
+      od += idx[i] * ds[i];
+      os += idx[i] * ss[i];
     }
-    std::memcpy(d + od * static_cast<int64_t>(es), s + os * static_cast<int64_t>(es), es);
-    for (size_t i = idx.size(); i-- > 0;) {
-      if (++idx[i] < shape.dims[i]) break;
+    if (run) {
+      std::memcpy(d + od * es, s + os * es, static_cast<size_t>(inner * es));
+    } else {
+      for (int64_t k = 0; k < inner; ++k)
+        std::memcpy(d + (od + k * ds[r - 1]) * es, s + (os + k * ss[r - 1]) * es, static_cast<size_t>(es));
+    }
+    size_t i = r - 1;
+    while (i-- > 0) {
+      if (++idx[i] < dims[i]) break;
       idx[i] = 0;
     }
+    if (i == static_cast<size_t>(-1)) return;
   }
 }
 
