@@ -38,22 +38,6 @@ struct Term {
 };
 using Map = std::vector<Term>;
 
-int64_t const_bits(const Node& n) {
-  const ir::ScalarValue& v = n.value;
-  switch (n.dtype) {
-    case DType::f32: case DType::f64: {
-      int64_t b;
-      std::memcpy(&b, &v.f, 8);
-      return b;
-    }
-    case DType::f16: return f32_to_f16(static_cast<float>(v.f));
-    case DType::bf16: return f32_to_bf16(static_cast<float>(v.f));
-    case DType::i64: return v.is_int ? v.i : static_cast<int64_t>(v.f);
-    case DType::i32: return static_cast<int32_t>(v.is_int ? v.i : static_cast<int64_t>(v.f));
-    case DType::b8: return v.is_int ? v.i != 0 : v.f != 0;
-  }
-  return 0;
-}
 
 struct Builder {
   Builder(const ValueOf& v, const DenseCopy& c) : value_of(v), copy(c) {}
@@ -149,7 +133,7 @@ struct Builder {
     } else if (n->op == Op::Constant) {
       int slot = static_cast<int>(L.kernel.const_types.size());
       L.kernel.const_types.push_back(n->dtype);
-      const_args.push_back(const_bits(*n));
+      const_args.push_back(constant_bits(*n));
       id = push({StmtKind::Const, Op::Constant, n->dtype, {}, slot});
     } else if (ir::is_elementwise(n->op)) {
       std::vector<int> args;
@@ -205,6 +189,23 @@ struct Builder {
 };
 
 }  // namespace
+
+int64_t constant_bits(const Node& n) {
+  const ir::ScalarValue& v = n.value;
+  switch (n.dtype) {
+    case DType::f32: case DType::f64: {
+      int64_t b;
+      std::memcpy(&b, &v.f, 8);
+      return b;
+    }
+    case DType::f16: return f32_to_f16(static_cast<float>(v.f));
+    case DType::bf16: return f32_to_bf16(static_cast<float>(v.f));
+    case DType::i64: return v.is_int ? v.i : static_cast<int64_t>(v.f);
+    case DType::i32: return static_cast<int32_t>(v.is_int ? v.i : static_cast<int64_t>(v.f));
+    case DType::b8: return v.is_int ? v.i != 0 : v.f != 0;
+  }
+  return 0;
+}
 
 BufferView movement_view(const Node& n, const BufferView& in, const DenseCopy& copy) {
   const Node& x = *n.args[0];

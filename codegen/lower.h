@@ -39,6 +39,10 @@ Lowered lower_row_program(ir::Node& root, const std::vector<ir::Node*>& stages,
                           const std::vector<ir::BufferView>& stage_out, const ValueOf& value_of,
                           const DenseCopy& copy, const ir::BufferView& out);
 
+/// The int64 launch argument a constant node travels as (kernel_ir.h): a
+/// float's double bits, a half's 16-bit pattern, an integer or bool as is.
+int64_t constant_bits(const ir::Node& n);
+
 /// A kernel copying a strided view into dense `out`.
 Lowered lower_copy(DType t, const Shape& s, const ir::BufferView& in, const ir::BufferView& out);
 

@@ -337,24 +337,6 @@ class CpuExecutor final : public exec::StepExecutor {
 constexpr size_t kMaxPlanNodes = 64;  // larger DAGs take the general path
 constexpr size_t kMaxPlans = 4096;    // beyond this, new forms are not planned
 
-// The bits a constant node travels as (kernel_ir.h); checked against the
-// recorded launch arguments, so a mismatch only costs the plan.
-int64_t constant_bits(const Node& n) {
-  const ir::ScalarValue& v = n.value;
-  switch (n.dtype) {
-    case DType::f32: case DType::f64: {
-      int64_t b;
-      std::memcpy(&b, &v.f, 8);
-      return b;
-    }
-    case DType::f16: return f32_to_f16(static_cast<float>(v.f));
-    case DType::bf16: return f32_to_bf16(static_cast<float>(v.f));
-    case DType::i64: return v.is_int ? v.i : static_cast<int64_t>(v.f);
-    case DType::i32: return static_cast<int32_t>(v.is_int ? v.i : static_cast<int64_t>(v.f));
-    case DType::b8: return v.is_int ? v.i != 0 : v.f != 0;
-  }
-  return 0;
-}
 
 struct PlanStep {
   cpujit::KernelFn* fn = nullptr;
@@ -448,9 +430,9 @@ struct Walk {
       }
       if (n.op == Op::Constant) {  // values are arguments; which constants are equal is structure
         size_t same = i;
-        int64_t bits = constant_bits(n);
+        int64_t bits = lower::constant_bits(n);
         for (size_t j = 0; j < i; ++j)
-          if (order[j]->op == Op::Constant && order[j]->dtype == n.dtype && constant_bits(*order[j]) == bits) {
+          if (order[j]->op == Op::Constant && order[j]->dtype == n.dtype && lower::constant_bits(*order[j]) == bits) {
             same = j;
             break;
           }
@@ -504,7 +486,7 @@ void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>
       int found = -1;
       for (size_t j = 0; j < order.size() && found < 0; ++j)
         if (order[j]->op == Op::Constant && order[j]->dtype == l.kernel.const_types[c] &&
-            constant_bits(*order[j]) == bits)
+            lower::constant_bits(*order[j]) == bits)
           found = static_cast<int>(j);
       if (found < 0) return;
       st.consts.push_back({static_cast<uint32_t>(cb + c), static_cast<uint32_t>(found)});
@@ -548,7 +530,7 @@ void replay(const Plan& P, const std::vector<Node*>& order) {
       args = large_args.data();
     }
     std::copy(st.args.begin(), st.args.end(), args);
-    for (auto [pos, node] : st.consts) args[pos] = constant_bits(*order[node]);
+    for (auto [pos, node] : st.consts) args[pos] = lower::constant_bits(*order[node]);
     launch_kernel(st.fn, bufs.ptrs, args, st.args.size(), st.kernel, st.rows);
     bump(&AtomicStats::kernels_launched);
   }
