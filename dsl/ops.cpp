@@ -37,7 +37,14 @@ Tensor binary_op(ir::Op op, const Tensor& a, const Tensor& b) {
   Device d = same_device(ir::op_name(op), a, b);
   return Tensor::from_node(ir::binary(op, a.node(), b.node()), d);
 }
-Tensor binary_op(ir::Op op, const Tensor& a, const Scalar& b) { return binary_op(op, a, scalar_like(b, a)); }
+Tensor binary_op(ir::Op op, const Tensor& a, const Scalar& b) {
+  // As PyTorch: an integer tensor to a negative integer power has no integer result.
+  if (op == ir::Op::Pow && is_integral(a.dtype()) && b.v.is_int && b.v.i < 0)
+    throw ValueError(fmt::format("pow: integers to negative integer powers are not allowed ({} tensor to the power {}); "
+                                 "cast the base to a floating dtype first, e.g. x.to(DType::f32).pow({})",
+                                 dtype_name(a.dtype()), b.v.i, b.v.i));
+  return binary_op(op, a, scalar_like(b, a));
+}
 Tensor binary_op(ir::Op op, const Scalar& a, const Tensor& b) { return binary_op(op, scalar_like(a, b), b); }
 Tensor unary_op(ir::Op op, const Tensor& x) { return Tensor::from_node(ir::unary(op, x.node()), x.device()); }
 

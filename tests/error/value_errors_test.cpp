@@ -72,3 +72,11 @@ TEST_CASE("in-place write into a lazy expanded view", "[error]") {
   Tensor e = Tensor(tensor({1., 2.}) * 2).expand({2, 2});
   REQUIRE_ERROR(e.fill_(0), ValueError, "share memory");
 }
+
+TEST_CASE("an integer tensor to a negative integer power is an error, as in PyTorch", "[error]") {
+  Tensor x = tensor({1, 2, 4});
+  REQUIRE_ERROR(x.pow(-1), ValueError, "pow", "negative integer powers", "i64", "-1", "to(DType::f32)");
+  REQUIRE_ERROR(Tensor(pow(x, -2)), ValueError, "pow", "-2");
+  CHECK(x.pow(2).to_vector<int64_t>() == std::vector<int64_t>{1, 4, 16});
+  CHECK(x.to(DType::f32).pow(-1).to_vector<double>() == std::vector<double>{1, 0.5, 0.25});
+}
