@@ -707,7 +707,12 @@ void Tensor::backward(const Tensor& gradient) const {
     if (!owner) continue;
     Tensor g = values[i];
     if (owner->transfer_source) {
-      relayed.emplace_back(Tensor(owner->transfer_source), g);
+      // Copies of one source (on one device) sum first, so its graph is walked once.
+      auto same = std::find_if(relayed.begin(), relayed.end(), [&](const auto& r) {
+        return r.first.impl_ptr() == owner->transfer_source && r.second.device() == g.device();
+      });
+      if (same == relayed.end()) relayed.emplace_back(Tensor(owner->transfer_source), g);
+      else same->second = add(same->second, g);
       owner = owner->transfer_result.lock();  // a retained grad on the copy itself
       if (!owner) continue;
     }

@@ -11,14 +11,8 @@
 
 namespace tessel::aot {
 
-namespace {
-
 using ir::BufferView;
 using ir::Node;
-
-BufferView alloc_dense(DType dt, const Shape& s) { return host_dense(dt, s); }
-
-}  // namespace
 
 // The compiled backends' step loop (codegen/executor.h) with "launch"
 // replaced by "record": the same schedule, lowering and coalescing, so the
@@ -26,7 +20,7 @@ BufferView alloc_dense(DType dt, const Shape& s) { return host_dense(dt, s); }
 class TraceBackend::Recorder final : public exec::StepExecutor {
  public:
   explicit Recorder(TraceBackend& tb) : tb_(tb) {}
-  BufferView alloc(DType t, const Shape& s) override { return alloc_dense(t, s); }
+  BufferView alloc(DType t, const Shape& s) override { return host_dense(t, s); }
   void launch(const lower::Lowered& l, exec::Role role, const Node* n) override {
     std::string text = l.kernel.text();
     auto [it, fresh] = tb_.index_.emplace(text, tb_.kernels_.size());
@@ -44,11 +38,11 @@ class TraceBackend::Recorder final : public exec::StepExecutor {
   }
   BufferView host_eval(const Node& n, const std::vector<BufferView>&) override {
     ++tb_.fallbacks_;
-    return alloc_dense(n.dtype, n.shape);
+    return host_dense(n.dtype, n.shape);
   }
   BufferView matmul(const Node& n, const std::vector<BufferView>&) override {
     ++tb_.matmuls_;
-    return alloc_dense(n.dtype, n.shape);
+    return host_dense(n.dtype, n.shape);
   }
   void matmul_epilogue(const Node&, const std::vector<BufferView>&, const BufferView&, const lower::Lowered& epi,
                        const Node& e) override {

@@ -82,8 +82,6 @@ void bump(std::atomic<std::uint64_t> AtomicStats::*field, std::uint64_t n = 1) {
   (g_stats.*field).fetch_add(n, std::memory_order_relaxed);
 }
 
-BufferView alloc_dense(DType dt, const Shape& s) { return host_dense(dt, s); }
-
 std::string dump_dir() {
   const char* e = std::getenv("TESSEL_DUMP");
   return e ? e : "";
@@ -227,8 +225,6 @@ void run_lowered(const lower::Lowered& l, cpujit::KernelFn* fn) {
   launch_kernel(fn, bufs.ptrs, l.args.data(), l.args.size(), l.kernel, l.rows);
 }
 
-// A node the kernels do not compute.
-BufferView by_ref(const Node& n, const std::vector<BufferView>& args) { return eval_with_ref(n, args); }
 
 // Bands of a matmul with an epilogue hold about half of L2 of product: BLAS
 // writes a band, the epilogue reads it back while it is still in L2. Bands
@@ -258,7 +254,7 @@ class CpuExecutor final : public exec::StepExecutor {
   std::vector<Recorded>* record = nullptr;
   bool plannable = true;
 
-  BufferView alloc(DType t, const Shape& s) override { return alloc_dense(t, s); }
+  BufferView alloc(DType t, const Shape& s) override { return host_dense(t, s); }
 
   void launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
     cpujit::KernelFn* fn = compiled(l.kernel);
@@ -273,13 +269,13 @@ class CpuExecutor final : public exec::StepExecutor {
   BufferView host_eval(const Node& n, const std::vector<BufferView>& args) override {
     plannable = false;
     bump(&AtomicStats::fallbacks);
-    return by_ref(n, args);
+    return eval_with_ref(n, args);
   }
 
   BufferView matmul(const Node& n, const std::vector<BufferView>& args) override {
     plannable = false;
     bump(&AtomicStats::matmuls);
-    return by_ref(n, args);
+    return eval_with_ref(n, args);
   }
 
   void matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,

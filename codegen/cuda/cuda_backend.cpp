@@ -33,7 +33,6 @@ using ir::Op;
 
 namespace cudagen {
 
-BufferView ref_eval(const Node& n, const std::vector<BufferView>& args) { return eval_with_ref(n, args); }
 
 void realize_steps(Executor& ex, const std::vector<ir::NodePtr>& roots, bool keep_grad_values) {
   sched::Schedule S = sched::schedule(roots, {16, keep_grad_values});
@@ -331,7 +330,7 @@ class DeviceExecutor final : public cudagen::Executor {
     std::vector<BufferView> host;
     for (size_t i = 0; i < args.size(); ++i)
       host.push_back(copy_between_devices(args[i], n.args[i]->dtype, n.args[i]->shape, dev_, cpu()));
-    BufferView r = cudagen::ref_eval(n, host);
+    BufferView r = eval_with_ref(n, host);
     bump(&CudaStats::host_evals);
     return copy_between_devices(r, n.dtype, n.shape, cpu(), dev_);
   }

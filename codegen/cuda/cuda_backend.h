@@ -43,9 +43,6 @@ class Executor : public exec::StepExecutor {
 /// with keep_grad_values, those of the nodes backward reads).
 void realize_steps(Executor& ex, const std::vector<ir::NodePtr>& roots, bool keep_grad_values);
 
-/// Evaluates `n` with the ref backend over host values of its arguments.
-ir::BufferView ref_eval(const ir::Node& n, const std::vector<ir::BufferView>& args);
-
 /// A matmul epilogue cuBLASLt runs itself, and its bias (N contiguous elements).
 struct BlasEpilogue {
   cuda::GemmEpilogue kind = cuda::GemmEpilogue::none;

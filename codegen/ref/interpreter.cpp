@@ -21,7 +21,6 @@ using ir::Node;
 using ir::Op;
 using ref::StridedLoop;
 
-BufferView alloc_dense(DType dt, const Shape& s) { return host_dense(dt, s); }
 
 template <class F>
 decltype(auto) dispatch(DType t, F&& f) {
@@ -166,7 +165,7 @@ class Interpreter {
   }
 
   static BufferView cast(const Node& n, const BufferView& in) {
-    BufferView out = alloc_dense(n.dtype, n.shape);
+    BufferView out = host_dense(n.dtype, n.shape);
     DType src = n.args[0]->dtype, dst = n.dtype;
     size_t ss = dtype_size(src), ds = dtype_size(dst);
     StridedLoop<2> loop(n.shape, {&out.strides, &in.strides});
@@ -188,7 +187,7 @@ class Interpreter {
   }
 
   static BufferView unary(const Node& n, const BufferView& in) {
-    BufferView out = alloc_dense(n.dtype, n.shape);
+    BufferView out = host_dense(n.dtype, n.shape);
     dispatch(n.dtype, [&](auto tag) {
       using T = decltype(tag);
       T* o = out.ptr<T>();
@@ -208,7 +207,7 @@ class Interpreter {
   }
 
   static BufferView binary(const Node& n, const BufferView& a, const BufferView& b) {
-    BufferView out = alloc_dense(n.dtype, n.shape);
+    BufferView out = host_dense(n.dtype, n.shape);
     dispatch(n.dtype, [&](auto tag) {
       using T = decltype(tag);
       T* o = out.ptr<T>();
@@ -244,7 +243,7 @@ class Interpreter {
   }
 
   static BufferView compare(const Node& n, const BufferView& a, const BufferView& b) {
-    BufferView out = alloc_dense(DType::b8, n.shape);
+    BufferView out = host_dense(DType::b8, n.shape);
     dispatch(n.args[0]->dtype, [&](auto tag) {
       using T = decltype(tag);
       bool* o = out.ptr<bool>();
@@ -261,7 +260,7 @@ class Interpreter {
   }
 
   static BufferView where(const Node& n, const BufferView& c, const BufferView& a, const BufferView& b) {
-    BufferView out = alloc_dense(n.dtype, n.shape);
+    BufferView out = host_dense(n.dtype, n.shape);
     dispatch(n.dtype, [&](auto tag) {
       using T = decltype(tag);
       T* o = out.ptr<T>();
@@ -279,7 +278,7 @@ class Interpreter {
 
   static BufferView reduce(const Node& n, const BufferView& in) {
     const Node& x = *n.args[0];
-    BufferView out = alloc_dense(n.dtype, n.shape);
+    BufferView out = host_dense(n.dtype, n.shape);
     // Kept axes first (the output's order), reduced axes last.
     Shape kept, red;
     Strides kept_st, red_st;
@@ -336,7 +335,7 @@ class Interpreter {
   }
 
   static BufferView copy_dense(DType dt, const Shape& s, const BufferView& in) {
-    BufferView out = alloc_dense(dt, s);
+    BufferView out = host_dense(dt, s);
     size_t es = dtype_size(dt);
     StridedLoop<2> loop(s, {&out.strides, &in.strides});
     std::byte* o = out.bytes(dt);
@@ -392,7 +391,7 @@ class Interpreter {
     const Shape& sb = n.args[1]->shape;
     size_t r = sa.dims.size();
     int64_t M = sa.dims[r - 2], K = sa.dims[r - 1], N = sb.dims[r - 1];
-    BufferView out = alloc_dense(n.dtype, n.shape);
+    BufferView out = host_dense(n.dtype, n.shape);
     Shape batch(std::vector<int64_t>(n.shape.dims.begin(), n.shape.dims.end() - 2));
     Strides bsa(a.strides.begin(), a.strides.end() - 2), bsb(b.strides.begin(), b.strides.end() - 2);
     Strides bso(out.strides.begin(), out.strides.end() - 2);

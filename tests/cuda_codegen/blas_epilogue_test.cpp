@@ -26,7 +26,7 @@ class Recorder : public cudagen::Executor {
   ir::BufferView alloc(DType t, const Shape& s) override { return host_alloc(t, s); }
   void launch(const lower::Lowered&) override {}
   ir::BufferView host_eval(const ir::Node& n, const std::vector<ir::BufferView>& args) override {
-    return cudagen::ref_eval(n, args);
+    return eval_with_ref(n, args);
   }
   void matmul_epilogue(const ir::Node&, const std::vector<ir::BufferView>&, const ir::BufferView& out,
                        const lower::Lowered& epi, const ir::Node&) override {

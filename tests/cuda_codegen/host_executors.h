@@ -36,7 +36,7 @@ class CollectExecutor : public tessel::cudagen::Executor {
   tessel::ir::BufferView alloc(tessel::DType t, const tessel::Shape& s) override { return host_alloc(t, s); }
   void launch(const tessel::lower::Lowered& l) override { kernels.emplace(l.kernel.text(), l.kernel); }
   tessel::ir::BufferView host_eval(const tessel::ir::Node& n, const std::vector<tessel::ir::BufferView>& args) override {
-    return tessel::cudagen::ref_eval(n, args);
+    return tessel::eval_with_ref(n, args);
   }
 };
 
@@ -122,7 +122,7 @@ class EmulatedExecutor : public tessel::cudagen::Executor {
     reinterpret_cast<EmuLaunchFn>(find(v))(packed.data(), shape.grid, shape.block_x, shape.block_y);
   }
   tessel::ir::BufferView host_eval(const tessel::ir::Node& n, const std::vector<tessel::ir::BufferView>& args) override {
-    return tessel::cudagen::ref_eval(n, args);
+    return tessel::eval_with_ref(n, args);
   }
 };
 

@@ -131,7 +131,7 @@ TEST_CASE("large kernels give the same bits on 1 and 2 threads", "[jit]") {
   BackendOverride o(*cpu_jit_backend());
   Tensor a = rand({int64_t{1} << 20}), b = rand({int64_t{1} << 20}), c = rand({int64_t{1} << 20});
   Tensor m = rand({1024, 513}), n = rand({1024, 513});
-  Tensor p = rand({1024, 256}), q = rand({256, 200}), bias = rand({200});
+  Tensor p = rand({4096, 256}), q = rand({256, 1024}), bias = rand({1024});
   for (auto* t : {&a, &b, &c, &m, &n, &p, &q, &bias}) t->eval();
   auto run = [&](int threads) {
     Threads th(threads);
@@ -140,7 +140,7 @@ TEST_CASE("large kernels give the same bits on 1 and 2 threads", "[jit]") {
     Tensor rows = Tensor(m * n + 1.0).exp();  // many rows: split by rows
     Tensor red = Tensor(m * n).sum({1});      // a row reduction
     Tensor total = Tensor(a * b).sum();       // one row: never split
-    Tensor mlp = relu(p % q + bias);          // 4 bands of product rows with their epilogue
+    Tensor mlp = relu(p % q + bias);          // a 16 MB product: bands of rows, each with its epilogue
     realize({chain, rows, red, total});
     CHECK(cpu_jit_stats().kernels_launched == 4);
     mlp.eval();
