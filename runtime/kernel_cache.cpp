@@ -447,4 +447,11 @@ void KernelCache::reset_stats() {
 
 void KernelCache::clear_memory() { memory_.clear(); }
 
+void KernelCache::erase(const KernelKey& key) {
+  memory_.erase(key);
+  if (!disk_enabled()) return;
+  std::error_code ec;
+  std::filesystem::remove(entry_path(key), ec);  // gone already (another process) is fine
+}
+
 }  // namespace tessel

@@ -142,6 +142,13 @@ class CompileOnce {
     }
   }
 
+  /// Forgets key's finished value (one in flight is left to finish).
+  void erase(const KernelKey& key) {
+    std::lock_guard lock(mu_);
+    auto it = map_.find(key);
+    if (it != map_.end() && it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready) map_.erase(it);
+  }
+
   /// Forgets finished values; computations in flight finish for their waiters.
   void clear() {
     std::lock_guard lock(mu_);
@@ -279,6 +286,10 @@ class KernelCache {
   void reset_stats();
   /// Forgets the in-memory payloads (the disk entries stay).
   void clear_memory();
+  /// Forgets key's payload in memory and removes its disk entry: for an
+  /// entry that passed its checks but proved unusable (an object that does
+  /// not define the kernel's symbol), so the next get_or_compile compiles.
+  void erase(const KernelKey& key);
 
   /// The folder (even when unusable); empty for a memory-only cache.
   const std::filesystem::path& dir() const { return dir_; }

@@ -550,42 +550,62 @@ JitKernel OrcJit::Impl::obtain(const KernelKey& key, std::string_view symbol,
         out.symbol = std::string(symbol);
         CacheOrigin origin = CacheOrigin::memory;
         OrcJitStats delta;
-        KernelCache::BytesPtr object = cache->get_or_compile(
-            key,
-            [&] {
-              auto t0 = Clock::now();
-              ModulePair mp = produce();
-              if (!mp.module)
-                throw CompileError(fmt::format("CPU JIT: no module was built for kernel {}",
-                                               key.to_hex()));
-              delta.emit_ms_total = ms_since(t0);
-              t0 = Clock::now();
-              std::vector<char> bytes = compile_object(*mp.module, &delta);
-              out.compile_ms = ms_since(t0);
-              mp.module.reset();  // before its context
-              return bytes;
-            },
-            &origin);
+        auto fetch = [&] {
+          return cache->get_or_compile(
+              key,
+              [&] {
+                auto t0 = Clock::now();
+                ModulePair mp = produce();
+                if (!mp.module)
+                  throw CompileError(fmt::format("CPU JIT: no module was built for kernel {}",
+                                                 key.to_hex()));
+                delta.emit_ms_total = ms_since(t0);
+                t0 = Clock::now();
+                std::vector<char> bytes = compile_object(*mp.module, &delta);
+                out.compile_ms = ms_since(t0);
+                mp.module.reset();  // before its context
+                return bytes;
+              },
+              &origin);
+        };
+        // Each kernel gets its own JITDylib, so kernels may reuse symbol names.
+        const std::string hex = key.to_hex();
+        auto link = [&](const KernelCache::BytesPtr& object) {
+          llvm::orc::JITDylib& jd = take(
+              jit->createJITDylib(fmt::format("tessel_{}_{}", hex, dylib_counter.fetch_add(1))),
+              "creating a JITDylib");
+          jd.addToLinkOrder(jit->getMainJITDylib());
+          check(jit->addObjectFile(jd, llvm::MemoryBuffer::getMemBufferCopy(
+                                           llvm::StringRef(object->data(), object->size()),
+                                           "tessel_" + hex + ".o")),
+                fmt::format("adding the object of kernel {}", hex));
+          return std::pair<llvm::orc::JITDylib*, llvm::orc::ExecutorAddr>(
+              &jd, take(jit->lookup(jd, out.symbol), fmt::format("looking up '{}' in kernel {}", out.symbol, hex)));
+        };
+        KernelCache::BytesPtr object = fetch();
+        auto t1 = Clock::now();
+        std::pair<llvm::orc::JITDylib*, llvm::orc::ExecutorAddr> linked;
+        try {
+          linked = link(object);
+        } catch (const CompileError& e) {
+          if (origin == CacheOrigin::compiled) throw;
+          // A cached object that passed its checksum but does not link or lacks
+          // the symbol (written under the same key by a different build): drop
+          // it and compile, never run it.
+          if (detail::trace_enabled("jit"))
+            detail::trace_line("jit", fmt::format("kernel {}: cached object unusable ({}); recompiling", hex, e.what()));
+          cache->erase(key);
+          object = fetch();
+          t1 = Clock::now();
+          linked = link(object);
+        }
         out.origin = origin;
         if (origin == CacheOrigin::compiled) {
           delta.compiles = 1;
           delta.compile_ms_total = out.compile_ms;
         }
-
-        // Each kernel gets its own JITDylib, so kernels may reuse symbol names.
-        auto t1 = Clock::now();
-        const std::string hex = key.to_hex();
-        llvm::orc::JITDylib& jd = take(
-            jit->createJITDylib(fmt::format("tessel_{}_{}", hex, dylib_counter.fetch_add(1))),
-            "creating a JITDylib");
-        jd.addToLinkOrder(jit->getMainJITDylib());
-        check(jit->addObjectFile(jd, llvm::MemoryBuffer::getMemBufferCopy(
-                                         llvm::StringRef(object->data(), object->size()),
-                                         "tessel_" + hex + ".o")),
-              fmt::format("adding the object of kernel {}", hex));
-        llvm::orc::ExecutorAddr addr =
-            take(jit->lookup(jd, out.symbol),
-                 fmt::format("looking up '{}' in kernel {}", out.symbol, hex));
+        llvm::orc::JITDylib& jd = *linked.first;
+        llvm::orc::ExecutorAddr addr = linked.second;
         out.dylib = &jd;
         out.address = addr.toPtr<void*>();
         out.load_ms = ms_since(t1);

@@ -136,7 +136,7 @@ cpujit::KernelFn* compiled(const kir::Kernel& k) {
     o.vector_math = VectorMath::none;
     return o;
   }());
-  KernelKey key = jit.make_key(text);
+  KernelKey key = jit.make_key(text, cpujit::kEmitterVersion);
   std::string symbol = "tessel_k_" + key.to_hex();
   JitKernel jk = jit.get_or_compile(key, symbol, [&](llvm::LLVMContext& ctx) { return cpujit::emit_llvm(k, symbol, ctx); });
   if (!dump_dir().empty()) {

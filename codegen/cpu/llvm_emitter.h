@@ -22,6 +22,10 @@ namespace tessel::cpujit {
 
 using KernelFn = void(void** bufs, const int64_t* args, int64_t begin, int64_t end);
 
+/// Changes whenever the code emitted for a kernel changes, so cached objects
+/// of an older emitter are not reused (part of the kernel cache key).
+inline constexpr const char* kEmitterVersion = "emit2-stream";
+
 std::unique_ptr<llvm::Module> emit_llvm(const kir::Kernel& k, const std::string& symbol, llvm::LLVMContext& ctx);
 
 /// The module's textual LLVM IR (for TESSEL_DUMP).

@@ -343,6 +343,31 @@ TEST_CASE("a corrupt object entry is recompiled, never run", "[jit][orc]") {
         CacheOrigin::disk);
 }
 
+TEST_CASE("a cached object that lacks the kernel's symbol is dropped and recompiled", "[jit][orc]") {
+  // Two builds that name one key's kernel differently share a cache folder:
+  // the entry passes its checksum but cannot serve the other's symbol.
+  TempDir d;
+  {
+    OrcJit jit(options_in(d));
+    jit.get_or_compile(jit.make_key("shared key"), "axpy", axpy_module);
+    jit.cache().flush();
+  }
+  auto add = [](llvm::LLVMContext& ctx) {
+    return elementwise_module(ctx, "add2", 2, 0, [](auto& b, auto& in, auto&) { return b.CreateFAdd(in[0], in[1]); });
+  };
+  OrcJit jit(options_in(d));
+  JitKernel k = jit.get_or_compile(jit.make_key("shared key"), "add2", add);
+  CHECK(k.origin == CacheOrigin::compiled);
+  CHECK(jit.cache().stats().compiles == 1);
+  using Fn = void(float*, const float*, const float*, std::int64_t);
+  float a[3] = {1, 2, 3}, b[3] = {4, 5, 6}, out[3];
+  k.as<Fn>()(out, a, b, 3);
+  CHECK(out[2] == 9.0f);
+  jit.cache().flush();
+  OrcJit third(options_in(d));  // the entry now holds the recompiled object
+  CHECK(third.get_or_compile(third.make_key("shared key"), "add2", add).origin == CacheOrigin::disk);
+}
+
 TEST_CASE("kernels may reuse symbol names under different keys", "[jit][orc]") {
   TempDir d;
   OrcJit jit(options_in(d));
