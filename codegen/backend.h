@@ -12,6 +12,20 @@
 
 namespace tessel {
 
+/// A realization reduced to its kernel launches, to run again over new leaf
+/// buffers with the same dtypes, shapes, offsets, strides and storage sharing
+/// (and the same constants). Expression templates keep one per expression type
+/// and leaf signature, so a repeated `relu(a * b + c) * d` builds no IR.
+///
+///   auto r = backend.realize_recorded(root, {a.node(), b.node()});
+///   ir::BufferView y = r->run(views);   // later: views[i] replaces leaf i
+class LeafReplay {
+ public:
+  virtual ~LeafReplay() = default;
+  /// The root's value computed from `leaves` (in the order given to realize_recorded).
+  virtual ir::BufferView run(const ir::BufferView* const* leaves) const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -19,6 +33,14 @@ class Backend {
   /// Computes every root (and, when `keep_grad_values`, caches the values of
   /// nodes that carry gradients, which backward reads) and sets their buffers.
   virtual void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) = 0;
+  /// realize({root}, false), then, where the backend can, the launches it made
+  /// as a replay over `leaves` (realized nodes of root's DAG). Null when the
+  /// realization was not a sequence of kernels reading only those leaves.
+  virtual std::unique_ptr<LeafReplay> realize_recorded(const ir::NodePtr& root, const std::vector<ir::NodePtr>& leaves) {
+    (void)leaves;
+    realize({root}, false);
+    return nullptr;
+  }
 };
 
 /// The plain interpreter: the oracle every compiled result is tested against.

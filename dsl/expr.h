@@ -10,17 +10,20 @@
 #pragma once
 
 #include <boost/hana/fold_left.hpp>
+#include <boost/hana/for_each.hpp>
 #include <boost/hana/string.hpp>
 #include <boost/hana/tuple.hpp>
 #include <boost/hana/type.hpp>
 #include <boost/hana/unpack.hpp>
 
+#include <bit>
 #include <concepts>
 #include <map>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
+#include "dsl/deferred_expr.h"
 #include "dsl/lazy_registry.h"
 #include "dsl/tensor.h"
 
@@ -170,6 +173,53 @@ template <class Op, class... A> auto make(A&&... a) {
   return Node<Op, decltype(wrap(std::forward<A>(a)))...>(wrap(std::forward<A>(a))...);
 }
 
+// --- leaves, in tree order, for the deferred path (deferred_expr.h) ---
+struct LeafList {
+  const Tensor* tensors[ExprCache::kMaxLeaves];
+  size_t num_tensors = 0;
+  int64_t numbers[2 * ExprCache::kMaxLeaves];  // (kind, exact bits) per number
+  size_t num_numbers = 0;
+  bool deferrable = true;  // false: a symbolic parameter, or too many leaves
+};
+inline void collect(const Ref& r, LeafList& l) {
+  if (l.num_tensors == ExprCache::kMaxLeaves) l.deferrable = false;
+  else l.tensors[l.num_tensors++] = &r.t;
+}
+template <class T> void collect(const Num<T>& n, LeafList& l) {
+  if (l.num_numbers + 2 > std::size(l.numbers)) {
+    l.deferrable = false;
+    return;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    l.numbers[l.num_numbers++] = 1;
+    l.numbers[l.num_numbers++] = std::bit_cast<int64_t>(static_cast<double>(n.v));
+  } else {
+    l.numbers[l.num_numbers++] = std::is_same_v<T, bool> ? 2 : 3;
+    l.numbers[l.num_numbers++] = static_cast<int64_t>(n.v);
+  }
+}
+template <class Name> void collect(const Sym<Name>&, LeafList& l) { l.deferrable = false; }
+template <class Op, class... Args> void collect(const Node<Op, Args...>& n, LeafList& l) {
+  hana::for_each(n.args, [&](const auto& a) { collect(a, l); });
+}
+
+/// A tree whose launches are recorded, kept typed in a tensor until it is
+/// evaluated or its IR is needed (deferred_expr.h).
+template <class D>
+class TypedDeferred final : public ReplayDeferred {
+ public:
+  TypedDeferred(D e, const ExprCache::Entry& entry, ir::NodePtr* leaves, size_t n)
+      : ReplayDeferred(entry, leaves, n), e_(std::move(e)) {}
+  ir::NodePtr lower() const override {
+    NoGradGuard no_grad;              // deferred only when no gradient was needed
+    DeferPendingScope intermediates;  // the tensor holding this is registered already
+    return expr::lower(e_, nullptr).node();
+  }
+
+ private:
+  D e_;
+};
+
 /// The compile-time structural key of an expression type.
 template <class E> inline constexpr uint64_t structural_key_v = std::remove_cvref_t<E>::key;
 
@@ -191,25 +241,79 @@ constexpr auto to_hana_string(std::index_sequence<I...>) {
 template <class D>
 struct ExprBase {
   Tensor eval(const SymbolTable* env = nullptr) const {
+    if (!env && deferrable()) return defer(static_cast<const D&>(*this));
+    return lowered(env);
+  }
+  operator Tensor() const& { return eval(); }
+  /// A temporary tree (`Tensor y = relu(a * b + c) * d;`) moves into the tensor.
+  operator Tensor() && {
+    if (deferrable()) return defer(std::move(static_cast<D&>(*this)));
+    return eval();
+  }
+  Shape shape() const { return lowered().shape(); }
+  DType dtype() const { return lowered().dtype(); }
+  template <class T = double> T item() const { return eval().template item<T>(); }
+  explicit operator bool() const { return static_cast<bool>(eval()); }
+  Tensor sum() const { return lowered().sum(); }
+  Tensor mean() const { return lowered().mean(); }
+  Tensor abs() const { return lowered().abs(); }
+  Tensor max() const { return lowered().max(); }
+  std::string str() const { return eval().str(); }
+  static constexpr uint64_t structural_key = D::key;
+
+ private:
+  // The tree as IR (lazy), for uses that build more IR on it.
+  Tensor lowered(const SymbolTable* env = nullptr) const { return lower_tree(static_cast<const D&>(*this), env); }
+
+  // Realized CPU leaves, no gradient, no symbols: may stay typed (deferred_expr.h).
+  bool deferrable() const {
+    expr::LeafList l;
+    expr::collect(static_cast<const D&>(*this), l);
+    if (!l.deferrable || l.num_tensors == 0) return false;
+    const bool grad = grad_enabled();
+    for (size_t i = 0; i < l.num_tensors; ++i) {
+      const TensorImpl* t = l.tensors[i]->impl_ptr().get();
+      // (An undefined or uninitialized leaf takes the IR path, which says what is wrong.)
+      if (!t || t->kind == TensorImpl::Kind::uninitialized_parameter || !t->device.is_cpu() || !t->node ||
+          !t->node->realized() || (grad && t->node->requires_grad))
+        return false;
+    }
+    return true;
+  }
+  static ExprCache& cache() {
+    static ExprCache c;  // one per expression type
+    return c;
+  }
+  // Leaves realized and no gradient: a cached signature keeps the tree typed;
+  // a miss builds the IR now and records its launches when evaluated.
+  template <class E> static Tensor defer(E&& tree) {
+    expr::LeafList l;
+    expr::collect(tree, l);
+    thread_local std::vector<int64_t> sig;
+    std::span<const Tensor* const> tensors(l.tensors, l.num_tensors);
+    if (!ExprCache::signature(tensors, {l.numbers, l.num_numbers}, sig)) return lower_tree(tree);
+    if (const ExprCache::Entry* e = cache().find(sig)) {
+      if (!e->replay) return lower_tree(tree);
+      ir::NodePtr nodes[ExprCache::kMaxLeaves];
+      for (size_t i = 0; i < l.num_tensors; ++i) nodes[i] = l.tensors[i]->node();
+      auto impl = std::make_shared<TensorImpl>();
+      impl->device = cpu();
+      impl->deferred = std::make_shared<const expr::TypedDeferred<D>>(std::forward<E>(tree), *e, nodes, l.num_tensors);
+      register_pending(impl);
+      return Tensor(std::move(impl));
+    }
+    if (cache().full()) return lower_tree(tree);
+    return ExprCache::recording(cache(), sig, lower_tree(tree), tensors);
+  }
+  static Tensor lower_tree(const D& tree, const SymbolTable* env = nullptr) {
     Tensor t;
     {
       DeferPendingScope intermediates;  // nothing but the root escapes the expression
-      t = expr::lower(static_cast<const D&>(*this), env);
+      t = expr::lower(tree, env);
     }
     register_if_lazy(t.impl_ptr());
     return t;
   }
-  operator Tensor() const { return eval(); }
-  Shape shape() const { return eval().shape(); }
-  DType dtype() const { return eval().dtype(); }
-  template <class T = double> T item() const { return eval().template item<T>(); }
-  explicit operator bool() const { return static_cast<bool>(eval()); }
-  Tensor sum() const { return eval().sum(); }
-  Tensor mean() const { return eval().mean(); }
-  Tensor abs() const { return eval().abs(); }
-  Tensor max() const { return eval().max(); }
-  std::string str() const { return eval().str(); }
-  static constexpr uint64_t structural_key = D::key;
 };
 
 /// A symbolic parameter usable inside expressions: relu(x % param<"W1"> + param<"b1">).

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <vector>
 
+#include "dsl/deferred_expr.h"
 #include "dsl/tensor.h"
 
 namespace tessel {
@@ -35,7 +36,7 @@ DeferPendingScope::~DeferPendingScope() { --t_defer_depth; }
 bool DeferPendingScope::active() { return t_defer_depth > 0; }
 
 void register_if_lazy(const std::shared_ptr<TensorImpl>& impl) {
-  if (impl && impl->node && !impl->node->realized()) register_pending(impl);
+  if (impl && (impl->deferred || (impl->node && !impl->node->realized()))) register_pending(impl);
 }
 
 void register_pending(const std::shared_ptr<TensorImpl>& impl) {
@@ -44,7 +45,7 @@ void register_pending(const std::shared_ptr<TensorImpl>& impl) {
   if (R.pending.size() >= R.prune_at) {
     std::erase_if(R.pending, [](const std::weak_ptr<TensorImpl>& w) {
       auto p = w.lock();
-      return !p || !p->node || p->node->realized();
+      return !p || (!p->deferred && (!p->node || p->node->realized()));
     });
     R.prune_at = std::max<size_t>(64, R.pending.size() * 2);
   }
@@ -58,7 +59,9 @@ void realize_readers_of(const Storage* storage) {
     std::lock_guard lock(R.mu);
     for (auto& w : R.pending) {
       auto p = w.lock();
-      if (p && p->node && !p->node->realized() && reads(p->node, storage)) todo.emplace_back(p);
+      if (!p) continue;
+      if (p->deferred ? p->deferred->reads(storage) : p->node && !p->node->realized() && reads(p->node, storage))
+        todo.emplace_back(p);
     }
   }
   if (!todo.empty()) realize(todo);

@@ -120,7 +120,7 @@ bool default_dtype(DType t) { return t == DType::f32 || t == DType::i64 || t == 
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
-  if (impl_->kind == TensorImpl::Kind::uninitialized_parameter || !impl_->node) return "<UninitializedParameter>";
+  if (impl_->kind == TensorImpl::Kind::uninitialized_parameter || (!impl_->node && !impl_->deferred)) return "<UninitializedParameter>";
   std::string head = impl_->kind == TensorImpl::Kind::parameter ? "Parameter containing:\ntensor(" : "tensor(";
   size_t indent = 7;  // strlen("tensor(")
   std::vector<double> vals = to_vector<double>();

@@ -11,6 +11,7 @@
 #include "codegen/backend.h"
 #include "codegen/builders.h"
 #include "codegen/cuda/cuda_backend.h"
+#include "dsl/deferred_expr.h"
 #include "dsl/lazy_registry.h"
 
 namespace tessel {
@@ -156,7 +157,7 @@ Tensor from_buffer(ir::BufferView view, DType t, const Shape& s, Device d) {
 
 void Tensor::check_defined(const char* what) const {
   if (!impl_) throw ValueError(fmt::format("{}: the tensor is undefined (default-constructed or an empty grad)", what));
-  if (impl_->kind == TensorImpl::Kind::uninitialized_parameter || !impl_->node)
+  if (impl_->kind == TensorImpl::Kind::uninitialized_parameter || (!impl_->node && !impl_->deferred))
     throw ValueError(fmt::format(
         "{}: this is an UninitializedParameter: its shape is not known until the lazy layer sees its first input; "
         "run a forward pass (or apply_init) first",
@@ -165,6 +166,7 @@ void Tensor::check_defined(const char* what) const {
 
 const ir::NodePtr& Tensor::node() const {
   check_defined("node");
+  if (impl_->deferred) materialize(*impl_);
   ir::NodePtr& n = impl_->node;
   // Memory written in place since this leaf node was made: new graphs get a
   // fresh node at the new version, while graphs built before keep the old
@@ -237,7 +239,17 @@ Strides layout_of(const ir::Node& n) {
 
 namespace {
 
+// A deferred expression's fast path; false when it must be lowered instead.
+bool compute_deferred(TensorImpl& impl) {
+  std::shared_ptr<const DeferredExpr> d = impl.deferred;  // alive while it computes
+  if (!d->compute(impl)) return false;
+  impl.deferred.reset();
+  return true;
+}
+
 void realize_all(std::span<const Tensor> ts) {
+  for (const auto& t : ts)
+    if (t.defined() && t.impl_ptr()->deferred) compute_deferred(*t.impl_ptr());
   std::vector<ir::NodePtr> roots, views;
   bool keep = false;
   auto add_root = [&](const ir::NodePtr& n) {
@@ -286,6 +298,7 @@ void realize_all(std::span<const Tensor> ts) {
 void realize(const std::vector<Tensor>& ts) { realize_all(ts); }
 
 const Tensor& Tensor::eval() const {
+  if (impl_ && impl_->deferred && compute_deferred(*impl_)) return *this;
   if (!node()->realized()) realize_all({this, 1});  // no vector of handles for one tensor
   return *this;
 }

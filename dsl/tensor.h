@@ -28,10 +28,14 @@
 namespace tessel {
 
 class Tensor;
+class DeferredExpr;
 
 /// Shared state behind Tensor handles; the same TensorImpl is the same tensor.
 struct TensorImpl {
   ir::NodePtr node;              // the value (Input leaf when realized from memory)
+  // An expression template's typed tree, not lowered yet (node is null until
+  // it is: Tensor::node() lowers it, eval() may take its fast path).
+  std::shared_ptr<const DeferredExpr> deferred;
   Device device;
   bool is_leaf = true;           // made by the user, not computed by an op
   std::shared_ptr<TensorImpl> grad;  // accumulated by backward (leaves)

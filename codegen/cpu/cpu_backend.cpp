@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -500,23 +501,17 @@ void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>
   P.replayable = true;
 }
 
-void replay(const Plan& P, const std::vector<Node*>& order) {
-  constexpr size_t kSmall = 8;
-  std::shared_ptr<Storage> small_outs[kSmall];
-  std::vector<std::shared_ptr<Storage>> large_outs;
-  std::shared_ptr<Storage>* outs = small_outs;
-  if (P.steps.size() > kSmall) {
-    large_outs.resize(P.steps.size());
-    outs = large_outs.data();
-  }
-  for (size_t s = 0; s < P.steps.size(); ++s) {
-    const PlanStep& st = P.steps[s];
+// Runs recorded steps: `leaf_data(b)` is the memory of buffer source b >= 0,
+// `patch(step, args)` may rewrite launch arguments; the steps' outputs land in `outs`.
+template <class LeafData, class Patch>
+void run_steps(const std::vector<PlanStep>& steps, std::shared_ptr<Storage>* outs, LeafData&& leaf_data, Patch&& patch) {
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const PlanStep& st = steps[s];
     outs[s] = Storage::allocate(st.nbytes);
     BufPtrs bufs(st.bufs.size());
     for (size_t p = 0; p < st.bufs.size(); ++p) {
       int32_t b = st.bufs[p];
-      bufs.ptrs[p] = b >= 0 ? order[static_cast<size_t>(b)]->buffer->storage->data()
-                            : outs[static_cast<size_t>(-1 - b)]->data();
+      bufs.ptrs[p] = b >= 0 ? leaf_data(b) : outs[static_cast<size_t>(-1 - b)]->data();
     }
     int64_t small_args[64];
     std::vector<int64_t> large_args;
@@ -526,17 +521,59 @@ void replay(const Plan& P, const std::vector<Node*>& order) {
       args = large_args.data();
     }
     std::copy(st.args.begin(), st.args.end(), args);
-    for (auto [pos, node] : st.consts) args[pos] = lower::constant_bits(*order[node]);
+    patch(st, args);
     launch_kernel(st.fn, bufs.ptrs, args, st.args.size(), st.kernel, st.rows);
     bump(&AtomicStats::kernels_launched);
   }
+}
+
+// Step outputs: on the stack for the usual few steps.
+struct StepOutputs {
+  static constexpr size_t kSmall = 8;
+  std::shared_ptr<Storage> small[kSmall];
+  std::vector<std::shared_ptr<Storage>> large;
+  std::shared_ptr<Storage>* data;
+  explicit StepOutputs(size_t n) : data(small) {
+    if (n > kSmall) {
+      large.resize(n);
+      data = large.data();
+    }
+  }
+};
+
+void replay(const Plan& P, const std::vector<Node*>& order) {
+  StepOutputs outs(P.steps.size());
+  run_steps(
+      P.steps, outs.data, [&](int32_t b) { return order[static_cast<size_t>(b)]->buffer->storage->data(); },
+      [&](const PlanStep& st, int64_t* args) {
+        for (auto [pos, node] : st.consts) args[pos] = lower::constant_bits(*order[node]);
+      });
   for (const auto& [node, step, strides] : P.sets) {
     BufferView v;
-    v.storage = outs[step];
+    v.storage = outs.data[step];
     v.strides = strides;
     order[node]->buffer = std::move(v);
   }
 }
+
+// A plan over a caller's leaves: buffer sources >= 0 index the caller's leaf
+// list, and the recorded constants stand (the caller's key holds their values).
+class CpuLeafReplay final : public LeafReplay {
+ public:
+  std::vector<PlanStep> steps;
+  uint32_t out_step = 0;
+  Strides out_strides;
+
+  ir::BufferView run(const ir::BufferView* const* leaves) const override {
+    StepOutputs outs(steps.size());
+    run_steps(
+        steps, outs.data, [&](int32_t b) { return leaves[b]->storage->data(); }, [](const PlanStep&, int64_t*) {});
+    BufferView v;
+    v.storage = std::move(outs.data[out_step]);
+    v.strides = out_strides;
+    return v;
+  }
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -604,6 +641,43 @@ class CpuBackend final : public Backend {
     PlanCache& C = plan_cache();
     std::lock_guard<std::mutex> l(C.mu);
     if (C.plans.size() < kMaxPlans) C.plans.emplace(hash, std::move(plan));
+  }
+
+  std::unique_ptr<LeafReplay> realize_recorded(const ir::NodePtr& root, const std::vector<ir::NodePtr>& leaves) override {
+    Walk w;  // its own: realize() reuses the thread's
+    const bool keyed = !dump_at_start() && !detail::trace_enabled("jit") && w.build({root}, false);
+    realize({root}, false);
+    if (!keyed) return nullptr;
+    const uint64_t hash = XXH3_64bits(w.key.data(), w.key.size() * sizeof(int64_t));
+    const Plan* P = nullptr;
+    {
+      PlanCache& C = plan_cache();
+      std::lock_guard<std::mutex> l(C.mu);
+      auto it = C.plans.find(hash);
+      if (it != C.plans.end()) P = it->second.get();
+    }
+    if (!P || P->key != w.key || !P->replayable || P->sets.size() != 1) return nullptr;
+    const auto& [node, step, strides] = P->sets[0];
+    if (static_cast<int>(node) != w.index_of(root.get())) return nullptr;
+    auto r = std::make_unique<CpuLeafReplay>();
+    r->out_step = step;
+    r->out_strides = strides;
+    for (const PlanStep& st : P->steps) {
+      PlanStep c = st;
+      for (int32_t& b : c.bufs) {
+        if (b < 0) continue;
+        auto it = std::find_if(leaves.begin(), leaves.end(),
+                               [&](const ir::NodePtr& n) { return n.get() == w.order[static_cast<size_t>(b)]; });
+        if (it == leaves.end()) return nullptr;  // reads a value the caller does not pass
+        b = static_cast<int32_t>(it - leaves.begin());
+      }
+      // The plan may come from an earlier realization with other constant
+      // values: this DAG's values are the ones the caller's key holds.
+      for (auto [pos, n] : c.consts) c.args[pos] = lower::constant_bits(*w.order[n]);
+      c.consts.clear();
+      r->steps.push_back(std::move(c));
+    }
+    return r;
   }
 };
 

@@ -1,0 +1,34 @@
+// tiny_dispatch: the tiny_chain_dispatch figure's tessel side alone, for
+// profiling per-call overhead: building the tree, then realizing it.
+//
+//   build-bench/bench/tiny_dispatch [calls]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "codegen/backend.h"
+#include "codegen/cpu/cpu_backend.h"
+#include "dsl/tessel.h"
+#include "runtime/thread_pool.h"
+
+using namespace tessel;
+
+int main(int argc, char** argv) {
+  const long calls = argc > 1 ? std::atol(argv[1]) : 2000000;
+  set_num_threads(1);
+  BackendOverride o(*cpu_jit_backend());
+  Tensor a = rand({2, 20}), b = rand({2, 20}), c = rand({2, 20}), d = rand({2, 20});
+  for (Tensor* t : {&a, &b, &c, &d}) t->eval();
+  auto time = [&](const char* what, auto&& f) {
+    for (int i = 0; i < 1000; ++i) f();
+    auto t0 = std::chrono::steady_clock::now();
+    for (long i = 0; i < calls; ++i) f();
+    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / calls;
+    std::printf("%-28s %8.1f ns/call\n", what, ns);
+  };
+  time("build only", [&] { Tensor y = relu(a * b + c) * d; });
+  time("build + eval", [&] {
+    Tensor y = relu(a * b + c) * d;
+    y.eval();
+  });
+}
