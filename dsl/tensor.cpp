@@ -713,7 +713,14 @@ void Tensor::backward(const Tensor& gradient) const {
   std::vector<autodiff::LeafGrad> grads = autodiff::gradients(node(), seed.node());
   std::vector<Tensor> values;
   for (auto& lg : grads) values.push_back(from_node(lg.grad, device()));
-  realize(values);
+  {
+    // The output's own value comes from the same forward pass: realize it
+    // with the gradients, or the first in-place write to a parameter (an
+    // optimizer step) would run the whole forward pass again to keep it.
+    std::vector<Tensor> roots = values;
+    if (!is_realized()) roots.push_back(*this);
+    realize(roots);
+  }
   std::vector<std::pair<Tensor, Tensor>> relayed;  // (source of a device copy, its gradient)
   for (size_t i = 0; i < grads.size(); ++i) {
     auto owner = std::static_pointer_cast<TensorImpl>(grads[i].leaf->owner.lock());

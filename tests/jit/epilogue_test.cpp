@@ -7,6 +7,7 @@
 #include "codegen/grad_mode.h"
 #include "codegen/schedule.h"
 #include "dsl/nn/nn.h"
+#include "dsl/train/optimizer.h"
 #include "tessel/config.h"
 
 using namespace tessel;
@@ -177,6 +178,29 @@ TEST_CASE("compiled: backward through a fused epilogue gives the ref gradients",
   auto got = grads(*cpu_jit_backend());
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) require_close(got[i], want[i], 1e-5, 1e-5);
+}
+
+TEST_CASE("compiled: a training step runs the forward pass once", "[jit]") {
+  // backward realizes the loss with the gradients; otherwise the optimizer's
+  // first in-place write to a weight would run the forward pass again to
+  // keep the (still lazy) loss, which reads that weight.
+  BackendOverride o(*cpu_jit_backend());
+  manual_seed(3);
+  nn::Sequential net(nn::Linear(20, 16), nn::ReLU(), nn::Linear(16, 10));
+  optim::SGD opt(net->parameters(), optim::SGDOptions{.lr = 0.1});
+  Tensor x = rand({8, 20}), t = rand({8, 10});
+  x.eval();
+  t.eval();
+  for (int step = 0; step < 2; ++step) {
+    reset_cpu_jit_stats();
+    Tensor loss = mse_loss(net(x), t);
+    opt.zero_grad();
+    loss.backward();
+    CHECK(loss.is_realized());
+    opt.step();
+    CpuJitStats s = cpu_jit_stats();
+    CHECK(s.matmuls == 5);  // forward 2; backward: both weight gradients and the hidden layer's
+  }
 }
 
 #endif
