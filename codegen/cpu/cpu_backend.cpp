@@ -108,24 +108,26 @@ struct KernelTable {
   std::mutex mu;
   std::unordered_map<kir::Kernel, cpujit::KernelFn*, kir::KernelHash> fns;
 };
-KernelTable& table() {
-  static KernelTable t;
-  return t;
+KernelTable& table(bool streaming = false) {
+  static KernelTable t[2];  // plain, streaming variant
+  return t[streaming];
 }
 
-// pass emit_llvm (+ compile through the kernel cache)
-cpujit::KernelFn* compiled(const kir::Kernel& k) {
+// pass emit_llvm (+ compile through the kernel cache). `streaming`: the
+// variant with non-temporal stores for large outputs (llvm_emitter.h).
+cpujit::KernelFn* compiled(const kir::Kernel& k, bool streaming = false) {
+  KernelTable& T = table(streaming);
   {
-    std::lock_guard<std::mutex> l(table().mu);
-    if (auto it = table().fns.find(k); it != table().fns.end()) return it->second;
+    std::lock_guard<std::mutex> l(T.mu);
+    if (auto it = T.fns.find(k); it != T.fns.end()) return it->second;
   }
   std::string text = k.text();
   // Kernels linked in ahead of time (codegen/aot) come first; with TESSEL_JIT=off nothing else may.
   if (const precompiled::Entry* pk = precompiled::find(text); pk && pk->cpu_fn) {
     precompiled::note_hit(false);
-    auto* fn = reinterpret_cast<cpujit::KernelFn*>(pk->cpu_fn);
-    std::lock_guard<std::mutex> l(table().mu);
-    table().fns.emplace(k, fn);
+    auto* fn = reinterpret_cast<cpujit::KernelFn*>(pk->cpu_fn);  // (the plain variant serves every launch)
+    std::lock_guard<std::mutex> l(T.mu);
+    T.fns.emplace(k, fn);
     return fn;
   }
   if (precompiled::size() > 0) precompiled::note_miss();
@@ -137,13 +139,15 @@ cpujit::KernelFn* compiled(const kir::Kernel& k) {
     o.vector_math = VectorMath::none;
     return o;
   }());
-  KernelKey key = jit.make_key(text, cpujit::kEmitterVersion);
+  const cpujit::EmitOptions options{.streaming = streaming};
+  KernelKey key = jit.make_key(text, streaming ? cpujit::kEmitterVersionStreaming : cpujit::kEmitterVersion);
   std::string symbol = "tessel_k_" + key.to_hex();
-  JitKernel jk = jit.get_or_compile(key, symbol, [&](llvm::LLVMContext& ctx) { return cpujit::emit_llvm(k, symbol, ctx); });
+  JitKernel jk =
+      jit.get_or_compile(key, symbol, [&](llvm::LLVMContext& ctx) { return cpujit::emit_llvm(k, symbol, ctx, options); });
   if (!dump_dir().empty()) {
     dump_file(symbol + ".kir", text);
     llvm::LLVMContext ctx;
-    dump_file(symbol + ".ll", cpujit::module_text(*cpujit::emit_llvm(k, symbol, ctx)));
+    dump_file(symbol + ".ll", cpujit::module_text(*cpujit::emit_llvm(k, symbol, ctx, options)));
   }
   if (jk.origin == CacheOrigin::compiled) {
     bump(&AtomicStats::kernels_compiled);
@@ -158,8 +162,8 @@ cpujit::KernelFn* compiled(const kir::Kernel& k) {
                                                                              : "in memory",
                                           jk.compile_ms, jk.load_ms));
   auto* fn = jk.as<cpujit::KernelFn>();
-  std::lock_guard<std::mutex> l(table().mu);
-  table().fns.emplace(k, fn);
+  std::lock_guard<std::mutex> l(T.mu);
+  T.fns.emplace(k, fn);
   return fn;
 }
 
@@ -258,7 +262,7 @@ class CpuExecutor final : public exec::StepExecutor {
   BufferView alloc(DType t, const Shape& s) override { return host_dense(t, s); }
 
   void launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
-    cpujit::KernelFn* fn = compiled(l.kernel);
+    cpujit::KernelFn* fn = compiled(l.kernel, cpujit::wants_streaming(l.kernel, l.args.data(), l.rows));
     run_lowered(l, fn);
     bump(&AtomicStats::kernels_launched);
     if (record) {

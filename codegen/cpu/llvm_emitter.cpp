@@ -23,21 +23,10 @@ using llvm::Value;
 
 namespace {
 
-// Streaming stores. A memory-bound elementwise kernel that writes a large
-// output spends a sixth of its traffic reading output lines it is about to
-// overwrite (write-allocate). Non-temporal vector stores skip that read: on
-// this project's 2-core Xeon VM `relu(a*b+c)*d` over 16M f32 went from 20 to
-// 16 ms. Below the crossover they lose (the output leaves the cache the next
-// kernel would read it from): measured neutral at 16 MiB, 0.74x the time at
-// 32 MiB, 1.64x at 256 KiB. So a launch streams when the rows it runs write
-// at least kStreamBytes with unit strides and an element-aligned output.
-constexpr int64_t kStreamBytes = int64_t{16} << 20;
 constexpr unsigned kStreamVectorBytes = 64;  // one cache line per store
 
-// Kernels that take the streaming path: elementwise (no reduction, no row
-// program), numeric output, and no transcendental calls (exp, log, tanh, pow,
-// sigmoid make a kernel compute-bound; those keep the loop vectorizer's
-// vector-math calls) and no half types (they convert through calls).
+}  // namespace
+
 bool streamable(const kir::Kernel& k) {
   if (k.reduce != kir::ReduceKind::None || k.row_program()) return false;
   auto plain = [](DType t) { return t != DType::f16 && t != DType::bf16; };
@@ -55,6 +44,18 @@ bool streamable(const kir::Kernel& k) {
   }
   return true;
 }
+
+bool wants_streaming(const kir::Kernel& k, const int64_t* args, int64_t rows) {
+  if (!streamable(k)) return false;
+  const size_t inner = static_cast<size_t>(k.rank - 1);
+  const int64_t bytes = rows * args[inner] * static_cast<int64_t>(dtype_size(k.params[0].dtype));
+  if (bytes < kStreamBytes) return false;
+  for (size_t s = 0; s < k.num_slots(); ++s)
+    if (args[k.slot_base(static_cast<int>(s)) + 1 + inner] != 1) return false;
+  return true;
+}
+
+namespace {
 
 struct Emitter {
   const kir::Kernel& k;
@@ -75,7 +76,10 @@ struct Emitter {
   std::vector<Value*> vconsts;              // consts splat to `lanes` (streaming path)
   Value* stream = nullptr;                  // i1: this launch takes the streaming path (streamable kernels)
 
-  Emitter(const kir::Kernel& kk, llvm::LLVMContext& c, llvm::Module* mm) : k(kk), ctx(c), m(mm), b(c) {}
+  const EmitOptions opts;
+
+  Emitter(const kir::Kernel& kk, llvm::LLVMContext& c, llvm::Module* mm, EmitOptions o)
+      : k(kk), ctx(c), m(mm), b(c), opts(o) {}
 
   // `s` widened to the current lane count.
   llvm::Type* ty(llvm::Type* s) { return lanes > 1 ? llvm::FixedVectorType::get(s, lanes) : s; }
@@ -96,8 +100,9 @@ struct Emitter {
   static bool flt(DType t) { return t == DType::f32 || t == DType::f64; }
   static bool sint(DType t) { return t == DType::i32 || t == DType::i64; }
 
-  // for (i = lo; i < hi; ++i) body(i)
-  void loop(Value* lo, Value* hi, const std::function<void(Value*)>& body, const char* name) {
+  // for (i = lo; i < hi; ++i) body(i); `plain`: the optimizer must not vectorize or unroll it
+  // (short scalar head/tail loops and loops already written as vectors: compile time only).
+  void loop(Value* lo, Value* hi, const std::function<void(Value*)>& body, const char* name, bool plain = false) {
     auto* pre = b.GetInsertBlock();
     auto* head = llvm::BasicBlock::Create(ctx, name, fn);
     auto* exit = llvm::BasicBlock::Create(ctx, std::string(name) + ".exit", fn);
@@ -108,7 +113,18 @@ struct Emitter {
     body(i);
     Value* next = b.CreateAdd(i, b.getInt64(1), "", true, true);
     i->addIncoming(next, b.GetInsertBlock());
-    b.CreateCondBr(b.CreateICmpSLT(next, hi), head, exit);
+    auto* latch = b.CreateCondBr(b.CreateICmpSLT(next, hi), head, exit);
+    if (plain) {
+      auto* off = llvm::ConstantAsMetadata::get(b.getFalse());
+      auto* one = llvm::ConstantAsMetadata::get(b.getInt32(1));
+      llvm::Metadata* ops[] = {nullptr,
+                               llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.vectorize.enable"), off}),
+                               llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.interleave.count"), one}),
+                               llvm::MDNode::get(ctx, {llvm::MDString::get(ctx, "llvm.loop.unroll.disable")})};
+      auto* md = llvm::MDNode::getDistinct(ctx, ops);
+      md->replaceOperandWith(0, md);
+      latch->setMetadata(llvm::LLVMContext::MD_loop, md);
+    }
     b.SetInsertPoint(exit);
   }
 
@@ -359,7 +375,7 @@ struct Emitter {
     }
     const bool red = k.reduce != kir::ReduceKind::None || k.row_program();
     const int outer = red ? R - k.reduce_rank : R - 1;  // dims decomposed from the row index
-    if (streamable(k)) {
+    if (opts.streaming && streamable(k)) {
       // Loop-invariant: unit inner strides, aligned output, and enough bytes in [begin, end).
       const size_t d = static_cast<size_t>(R - 1);
       const int64_t esize = static_cast<int64_t>(dtype_size(k.params[0].dtype));
@@ -455,14 +471,15 @@ struct Emitter {
     Value* head = b.CreateUDiv(b.CreateAnd(b.CreateSub(b.getInt64(kStreamVectorBytes), mis), b.getInt64(kStreamVectorBytes - 1)),
                                b.getInt64(esize));
     head = b.CreateSelect(b.CreateICmpSLT(head, n), head, n);
-    loop(b.getInt64(0), head, [&](Value* j) { body(at(j)); }, "s.head");
+    loop(b.getInt64(0), head, [&](Value* j) { body(at(j)); }, "s.head", true);
     Value* lines = b.CreateSDiv(b.CreateSub(n, head), b.getInt64(vl));
     vconsts.clear();
     for (Value* c : consts) vconsts.push_back(b.CreateVectorSplat(vl, c));
     lanes = vl;
-    loop(b.getInt64(0), lines, [&](Value* line) { body(at(b.CreateAdd(head, b.CreateMul(line, b.getInt64(vl))))); }, "s.line");
+    loop(b.getInt64(0), lines, [&](Value* line) { body(at(b.CreateAdd(head, b.CreateMul(line, b.getInt64(vl))))); },
+         "s.line", true);
     lanes = 1;
-    loop(b.CreateAdd(head, b.CreateMul(lines, b.getInt64(vl))), n, [&](Value* j) { body(at(j)); }, "s.tail");
+    loop(b.CreateAdd(head, b.CreateMul(lines, b.getInt64(vl))), n, [&](Value* j) { body(at(j)); }, "s.tail", true);
   }
 
   // Nested loops over the reduced dims [K, rank) of a row; slots [lo, hi) move.
@@ -530,9 +547,10 @@ struct Emitter {
 
 }  // namespace
 
-std::unique_ptr<llvm::Module> emit_llvm(const kir::Kernel& k, const std::string& symbol, llvm::LLVMContext& ctx) {
+std::unique_ptr<llvm::Module> emit_llvm(const kir::Kernel& k, const std::string& symbol, llvm::LLVMContext& ctx,
+                                       EmitOptions options) {
   auto m = std::make_unique<llvm::Module>(symbol, ctx);
-  Emitter e(k, ctx, m.get());
+  Emitter e(k, ctx, m.get(), options);
   e.build(symbol);
   std::string err;
   llvm::raw_string_ostream os(err);

@@ -1,7 +1,8 @@
 // Streaming stores: large elementwise outputs are written with non-temporal,
-// cache-line-aligned vector stores (llvm_emitter.cpp, kStreamBytes). The
-// kernels are compiled by hand here so the output can start at any element
-// of a cache line and end anywhere in one (head, lines, tail).
+// cache-line-aligned vector stores by a kernel variant compiled when a launch
+// needs it (llvm_emitter.h, kStreamBytes). The kernels are compiled by hand
+// here so the output can start at any element of a cache line and end
+// anywhere in one (head, lines, tail).
 #include "tests/support/tensor_testing.h"
 
 #include "tessel/config.h"
@@ -48,9 +49,10 @@ kir::Kernel exp_chain(DType t) {
   return k;
 }
 
-bool has_nontemporal(const kir::Kernel& k) {
+bool has_nontemporal(const kir::Kernel& k, bool streaming = true) {
   llvm::LLVMContext ctx;
-  return cpujit::module_text(*cpujit::emit_llvm(k, "k", ctx)).find("!nontemporal") != std::string::npos;
+  return cpujit::module_text(*cpujit::emit_llvm(k, "k", ctx, {.streaming = streaming})).find("!nontemporal") !=
+         std::string::npos;
 }
 
 OrcJit& test_jit() {
@@ -64,9 +66,10 @@ OrcJit& test_jit() {
 
 cpujit::KernelFn* compile(const kir::Kernel& k) {
   OrcJit& jit = test_jit();
-  KernelKey key = jit.make_key(k.text(), cpujit::kEmitterVersion);
+  KernelKey key = jit.make_key(k.text(), cpujit::kEmitterVersionStreaming);
   std::string sym = "tessel_k_" + key.to_hex();  // the backend's name for this key: the cache is shared
-  JitKernel j = jit.get_or_compile(key, sym, [&](llvm::LLVMContext& ctx) { return cpujit::emit_llvm(k, sym, ctx); });
+  JitKernel j = jit.get_or_compile(key, sym,
+                                   [&](llvm::LLVMContext& ctx) { return cpujit::emit_llvm(k, sym, ctx, {.streaming = true}); });
   return reinterpret_cast<cpujit::KernelFn*>(j.address);
 }
 
@@ -116,6 +119,7 @@ TEST_CASE("streaming stores: emitted for memory-bound elementwise kernels only",
   CHECK(has_nontemporal(chain(DType::f32)));
   CHECK(has_nontemporal(chain(DType::f64)));
   CHECK(has_nontemporal(chain(DType::i64)));
+  CHECK_FALSE(has_nontemporal(chain(DType::f32), /*streaming=*/false));  // the plain variant
   CHECK_FALSE(has_nontemporal(exp_chain(DType::f32)));  // compute-bound: vector-math calls instead
   kir::Kernel sum = chain(DType::f32);
   sum.reduce = kir::ReduceKind::Sum;
@@ -124,6 +128,17 @@ TEST_CASE("streaming stores: emitted for memory-bound elementwise kernels only",
   sum.epilogue = {{StmtKind::Acc, ir::Op::Add, DType::f64, {}, 0}, op(ir::Op::Cast, DType::f32, {0})};
   sum.result = 1;
   CHECK_FALSE(has_nontemporal(sum));
+}
+
+TEST_CASE("streaming stores: a launch asks for the variant when it writes 16 MiB with unit strides", "[jit]") {
+  kir::Kernel k = chain(DType::f32);
+  const int64_t big = cpujit::kStreamBytes / 4;
+  auto args = [](int64_t n, int64_t stride_d) { return std::vector<int64_t>{n, 0, 1, 0, 1, 0, 1, 0, 1, 0, stride_d}; };
+  CHECK(cpujit::wants_streaming(k, args(big, 1).data(), 1));
+  CHECK_FALSE(cpujit::wants_streaming(k, args(big - 1, 1).data(), 1));
+  CHECK(cpujit::wants_streaming(k, args(big / 4, 1).data(), 4));  // rows count: 4 rows of a quarter
+  CHECK_FALSE(cpujit::wants_streaming(k, args(big, 0).data(), 1));  // a broadcast operand
+  CHECK_FALSE(cpujit::wants_streaming(exp_chain(DType::f32), args(big, 1).data(), 1));
 }
 
 TEST_CASE("streaming stores: every alignment of the output, head and tail lengths", "[jit]") {
