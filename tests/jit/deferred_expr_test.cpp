@@ -5,6 +5,8 @@
 // and laziness must be kept (fusion across statements, in-place writes).
 #include "tests/support/tensor_testing.h"
 
+#include <thread>
+
 #include "codegen/cpu/cpu_backend.h"
 #include "dsl/deferred_expr.h"
 #include "tessel/config.h"
@@ -156,6 +158,35 @@ TEST_CASE("deferred: a tree made under one backend and evaluated under another",
   }
   BackendOverride r(ref_backend());
   CHECK(vals(y) == std::vector<double>{-2, -1});
+}
+
+TEST_CASE("deferred: threads recording and replaying one expression type at once", "[jit][deferred]") {
+  // Each thread has its own leaves (some shapes shared, so entries are shared
+  // across threads); every value must be its own thread's.
+  constexpr int kThreads = 4, kCalls = 150;
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t)
+    pool.emplace_back([t, &wrong] {
+      BackendOverride o(*cpu_jit_backend());
+      for (int i = 0; i < kCalls; ++i) {
+        int64_t n = 1 + (t + i) % 5;
+        std::vector<double> av(static_cast<size_t>(n)), bv(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) {
+          av[static_cast<size_t>(j)] = t * 100 + i + j;
+          bv[static_cast<size_t>(j)] = j - 2;
+        }
+        Tensor a = realized(av, {n}), b = realized(bv, {n});
+        Tensor y = relu(a * b) + t;
+        std::vector<double> got = vals(y);
+        for (int64_t j = 0; j < n; ++j) {
+          double want = std::max(0.0, av[static_cast<size_t>(j)] * bv[static_cast<size_t>(j)]) + t;
+          if (got[static_cast<size_t>(j)] != want) ++wrong[static_cast<size_t>(t)];
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  CHECK(wrong == std::vector<int>(kThreads, 0));
 }
 
 #endif  // TESSEL_HAS_LLVM
