@@ -254,10 +254,57 @@ struct ExprBase {
   DType dtype() const { return lowered().dtype(); }
   template <class T = double> T item() const { return eval().template item<T>(); }
   explicit operator bool() const { return static_cast<bool>(eval()); }
-  Tensor sum() const { return lowered().sum(); }
-  Tensor mean() const { return lowered().mean(); }
+  int64_t dim() const { return lowered().dim(); }
+  int64_t size(int64_t d) const { return lowered().size(d); }
+  int64_t numel() const { return lowered().numel(); }
+  Device device() const { return lowered().device(); }
+  bool requires_grad() const { return lowered().requires_grad(); }
+  template <class T> std::vector<T> to_vector() const { return eval().template to_vector<T>(); }
+  void backward(const Tensor& gradient = Tensor()) const { lowered().backward(gradient); }
+
+  // Every Tensor op, as on the tensor the expression lowers to (lazy IR:
+  // `relu(x * w + b).sum({1})` is one tree).
+  Tensor reshape(std::vector<int64_t> s) const { return lowered().reshape(std::move(s)); }
+  Tensor view(std::vector<int64_t> s) const { return lowered().view(std::move(s)); }
+  Tensor flatten(int64_t start = 0, int64_t end = -1) const { return lowered().flatten(start, end); }
+  Tensor transpose(int64_t d0, int64_t d1) const { return lowered().transpose(d0, d1); }
+  Tensor t() const { return lowered().t(); }
+  Tensor permute(std::vector<int64_t> order) const { return lowered().permute(std::move(order)); }
+  Tensor unsqueeze(int64_t d) const { return lowered().unsqueeze(d); }
+  Tensor squeeze(int64_t d) const { return lowered().squeeze(d); }
+  Tensor expand(std::vector<int64_t> s) const { return lowered().expand(std::move(s)); }
+  Tensor select(int64_t d, int64_t i) const { return lowered().select(d, i); }
+  Tensor operator[](int64_t i) const { return lowered()[i]; }
+  Tensor slice(int64_t d, int64_t start, int64_t end, int64_t step = 1) const {
+    return lowered().slice(d, start, end, step);
+  }
+  Tensor narrow(int64_t d, int64_t start, int64_t length) const { return lowered().narrow(d, start, length); }
+  Tensor contiguous() const { return lowered().contiguous(); }
+  Tensor clone() const { return lowered().clone(); }
+  Tensor detach() const { return lowered().detach(); }
+  Tensor to(DType t) const { return lowered().to(t); }
+  Tensor to(Device d) const { return lowered().to(d); }
   Tensor abs() const { return lowered().abs(); }
+  Tensor neg() const { return lowered().neg(); }
+  Tensor exp() const { return lowered().exp(); }
+  Tensor log() const { return lowered().log(); }
+  Tensor sqrt() const { return lowered().sqrt(); }
+  Tensor tanh() const { return lowered().tanh(); }
+  Tensor sigmoid() const { return lowered().sigmoid(); }
+  Tensor relu() const { return lowered().relu(); }
+  Tensor pow(const Scalar& e) const { return lowered().pow(e); }
+  Tensor pow(const Tensor& e) const { return lowered().pow(e); }
+  Tensor matmul(const Tensor& other) const { return lowered().matmul(other); }
+  Tensor sum() const { return lowered().sum(); }
+  Tensor sum(std::vector<int64_t> dims, bool keepdim = false) const { return lowered().sum(std::move(dims), keepdim); }
+  Tensor mean() const { return lowered().mean(); }
+  Tensor mean(std::vector<int64_t> dims, bool keepdim = false) const { return lowered().mean(std::move(dims), keepdim); }
   Tensor max() const { return lowered().max(); }
+  Tensor max(int64_t d, bool keepdim = false) const { return lowered().max(d, keepdim); }
+  Tensor min() const { return lowered().min(); }
+  Tensor min(int64_t d, bool keepdim = false) const { return lowered().min(d, keepdim); }
+  Tensor argmax() const { return lowered().argmax(); }
+  Tensor argmax(int64_t d, bool keepdim = false) const { return lowered().argmax(d, keepdim); }
   std::string str() const { return eval().str(); }
   static constexpr uint64_t structural_key = D::key;
 

@@ -87,6 +87,36 @@ TEST_CASE("expr: tensor-like methods on an expression", "[expr]") {
   CHECK((a.sum() * 1).item<double>() == 2);
 }
 
+TEST_CASE("expr: every Tensor op is a method of an expression too", "[expr]") {
+  Tensor m = tensor({{1., -2., 3.}, {-4., 5., -6.}});
+  auto e = m * 2;  // [[2, -4, 6], [-8, 10, -12]]
+  CHECK(e.dim() == 2);
+  CHECK(e.size(1) == 3);
+  CHECK(e.numel() == 6);
+  CHECK(e.device() == cpu());
+  CHECK_FALSE(e.requires_grad());
+  CHECK(e.to_vector<double>() == std::vector<double>{2, -4, 6, -8, 10, -12});
+  CHECK(vals(e.sum({1})) == std::vector<double>{4, -10});
+  CHECK(vals(e.mean({0}, true)) == std::vector<double>{-3, 3, -3});
+  CHECK(dims(e.mean({0}, true)) == std::vector<int64_t>{1, 3});
+  CHECK(vals(e.max(1)) == std::vector<double>{6, 10});
+  CHECK(vals(e.min(0)) == std::vector<double>{-8, -4, -12});
+  CHECK(vals(e.argmax(1)) == std::vector<double>{2, 1});
+  CHECK(e.argmax().item<int64_t>() == 4);
+  CHECK(vals(e.relu()) == std::vector<double>{2, 0, 6, 0, 10, 0});
+  CHECK(vals(e.t()) == std::vector<double>{2, -8, -4, 10, 6, -12});
+  CHECK(dims(e.reshape({3, 2})) == std::vector<int64_t>{3, 2});
+  CHECK(dims(e.flatten()) == std::vector<int64_t>{6});
+  CHECK(dims(e.unsqueeze(0)) == std::vector<int64_t>{1, 2, 3});
+  CHECK(vals(e[1]) == std::vector<double>{-8, 10, -12});
+  CHECK(vals(e.slice(1, 0, 3, 2)) == std::vector<double>{2, 6, -8, -12});
+  CHECK(vals(e.narrow(1, 1, 1)) == std::vector<double>{-4, 10});
+  require_close(vals(e.abs().pow(0.5).pow(2.0)), {2, 4, 6, 8, 10, 12}, 1e-6, 1e-6);
+  CHECK(e.to(DType::i64).dtype() == DType::i64);
+  CHECK(vals(e.matmul(tensor({{1.}, {0.}, {1.}}))) == std::vector<double>{8, -20});
+  require_close(vals(e.neg().exp().log()), {-2, 4, -6, 8, -10, 12}, 1e-6, 1e-6);
+}
+
 TEST_CASE("expr: where, maximum, minimum, pow and matmul as expressions", "[expr]") {
   Tensor a = tensor({1., -2., 3.}), b = tensor({0., 0., 5.});
   CHECK(vals(where(a > 0, a, 0.0)) == std::vector<double>{1, 0, 3});
