@@ -1,5 +1,7 @@
-// tiny_dispatch: the tiny_chain_dispatch figure's tessel side alone, for
-// profiling per-call overhead: building the tree, then realizing it.
+// tiny_dispatch: per-call overhead, for profiling: the tiny_chain_dispatch
+// figure's tessel side (building the tree, then realizing it) and the
+// mlp_forward figure's model on one row (graph building, scheduling and
+// launches with almost no arithmetic).
 //
 //   build-bench/bench/tiny_dispatch [calls]
 #include <chrono>
@@ -26,9 +28,14 @@ int main(int argc, char** argv) {
     double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / calls;
     std::printf("%-28s %8.1f ns/call\n", what, ns);
   };
-  time("build only", [&] { Tensor y = relu(a * b + c) * d; });
   time("build + eval", [&] {
     Tensor y = relu(a * b + c) * d;
     y.eval();
   });
+  time("build only (recorded tree)", [&] { Tensor y = relu(a * b + c) * d; });
+  nn::Sequential net(nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));
+  Tensor x = rand({1, 784});
+  x.eval();
+  NoGradGuard no_grad;
+  time("mlp 784-256-10 forward, 1 row", [&] { net(x).eval(); });
 }

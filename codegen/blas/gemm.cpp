@@ -21,7 +21,7 @@ std::optional<Operand> operand(const Shape& s, const ir::BufferView& v) {
 }
 
 bool uses_blas(DType t, int64_t M, int64_t N, int64_t K) {
-  constexpr int64_t kBlasMinWork = 64 * 64 * 64;
+  constexpr int64_t kBlasMinWork = 16 * 16 * 16;
   return (t == DType::f32 || t == DType::f64) && K > 0 && M * N * K >= kBlasMinWork;
 }
 
