@@ -106,7 +106,10 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Sqrt: return {bin(Op::Div, g, bin(Op::Mul, scalar(2, dt), self))};
     case Op::Tanh: return {bin(Op::Mul, g, bin(Op::Sub, one(), bin(Op::Mul, self, self)))};
     case Op::Sigmoid: return {bin(Op::Mul, g, bin(Op::Mul, self, bin(Op::Sub, one(), self)))};
-    case Op::Relu: return {ir::where(bin(Op::Gt, a[0], scalar(0, dt)), g, zeros_like(g))};
+    // From the output, as PyTorch's threshold_backward (relu(x) > 0 exactly when
+    // x > 0): training then keeps only the activation, not the pre-activation
+    // too, and a Linear's bias add fuses into its ReLU.
+    case Op::Relu: return {ir::where(bin(Op::Gt, self, scalar(0, dt)), g, zeros_like(g))};
     case Op::Cast: return {ir::cast(g, a[0]->dtype)};
     case Op::Add: return {g, g};
     case Op::Sub: return {g, ir::unary(Op::Neg, g)};

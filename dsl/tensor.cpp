@@ -247,14 +247,16 @@ bool compute_deferred(TensorImpl& impl) {
   return true;
 }
 
-void realize_all(std::span<const Tensor> ts) {
+// `keep_grad_values`: whether values that carry gradients are kept for a
+// later backward (false when the caller is that backward).
+void realize_all(std::span<const Tensor> ts, bool keep_grad_values = true) {
   for (const auto& t : ts)
     if (t.defined() && t.impl_ptr()->deferred) compute_deferred(*t.impl_ptr());
   std::vector<ir::NodePtr> roots, views;
   bool keep = false;
   auto add_root = [&](const ir::NodePtr& n) {
     roots.push_back(n);
-    keep = keep || n->requires_grad;
+    keep = keep || (keep_grad_values && n->requires_grad);
   };
   for (const auto& t : ts) {
     const auto& n = t.node();
@@ -717,9 +719,11 @@ void Tensor::backward(const Tensor& gradient) const {
     // The output's own value comes from the same forward pass: realize it
     // with the gradients, or the first in-place write to a parameter (an
     // optimizer step) would run the whole forward pass again to keep it.
+    // Nothing is kept for another backward: this one has just read what it
+    // needs (a second backward recomputes from the graph, as lazily as ever).
     std::vector<Tensor> roots = values;
     if (!is_realized()) roots.push_back(*this);
-    realize(roots);
+    realize_all(roots, /*keep_grad_values=*/false);
   }
   std::vector<std::pair<Tensor, Tensor>> relayed;  // (source of a device copy, its gradient)
   for (size_t i = 0; i < grads.size(); ++i) {

@@ -32,6 +32,19 @@ TEST_CASE("autograd: gradients accumulate across backward calls", "[autograd]") 
   CHECK(vals(x.grad()) == std::vector<double>{5, 7});
 }
 
+TEST_CASE("autograd: backward realizes the output; a second backward on the same graph recomputes", "[autograd]") {
+  Tensor x = leaf({1, -2, 3}, {3});
+  Tensor h = (x * x).relu();  // intermediates backward reads
+  Tensor y = (h * x).sum();
+  CHECK_FALSE(y.is_realized());
+  y.backward();
+  CHECK(y.is_realized());
+  CHECK(y.item<double>() == 1 - 8 + 27);
+  CHECK(vals(x.grad()) == std::vector<double>{3, 12, 27});  // d(x^3)/dx = 3x^2
+  y.backward();  // nothing was kept: the graph's values are computed again
+  CHECK(vals(x.grad()) == std::vector<double>{6, 24, 54});
+}
+
 TEST_CASE("autograd: zeroing grad between steps", "[autograd]") {
   Tensor x = leaf({1, 2}, {2});
   (x * 3).sum().backward();
