@@ -108,7 +108,11 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
         Node* e = step.epilogue;
         BufferView mm = ex.alloc(n->dtype, n->shape);
         values[n] = mm;
-        BufferView out = ex.alloc(e->dtype, e->shape);
+        // The product's only reader is the epilogue, element for element (the
+        // scheduler's rule); unless backward keeps it, the result can overwrite it.
+        const bool over = ex.epilogue_over_product() && e->dtype == n->dtype && e->shape == n->shape &&
+                          !(keep_grad_values && n->requires_grad);
+        BufferView out = over ? mm : ex.alloc(e->dtype, e->shape);
         lower::Lowered l = lower::lower_to_kernel_ir(*e, value_of, copy, out);
         TESSEL_ASSERT("lower_to_kernel_ir", l.rows == n->shape.dims[0]);  // epilogue rows = matmul rows
         ex.matmul_epilogue(*n, args, mm, l, *e);

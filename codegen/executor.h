@@ -44,6 +44,11 @@ class StepExecutor {
   /// launches the epilogue; the CPU backend interleaves the two per band of rows.
   virtual void matmul_epilogue(const ir::Node& mm, const std::vector<ir::BufferView>& args, const ir::BufferView& out,
                                const lower::Lowered& epi, const ir::Node& epi_node);
+  /// Whether an epilogue may write its result over the product it reads (same
+  /// dtype and shape, product read by nothing else): the epilogue's load of the
+  /// product and its store then share memory, which the backend's kernel must
+  /// allow (the CPU emits a variant for it). Saves a buffer the size of the product.
+  virtual bool epilogue_over_product() const { return false; }
   /// A movement step produced a view (no work).
   virtual void on_view() {}
 };

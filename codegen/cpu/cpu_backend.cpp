@@ -108,24 +108,30 @@ struct KernelTable {
   std::mutex mu;
   std::unordered_map<kir::Kernel, cpujit::KernelFn*, kir::KernelHash> fns;
 };
-KernelTable& table(bool streaming = false) {
-  static KernelTable t[2];  // plain, streaming variant
-  return t[streaming];
+// One table per emitter variant: plain, streaming, then writing over load param p.
+constexpr int kMaxAliasParam = 61;
+KernelTable& table(const cpujit::EmitOptions& o) {
+  static KernelTable t[2 + kMaxAliasParam + 1];
+  TESSEL_ASSERT("cpu launch", o.output_alias_param <= kMaxAliasParam && !(o.streaming && o.output_alias_param >= 0));
+  return t[o.output_alias_param >= 0 ? 2 + o.output_alias_param : o.streaming ? 1 : 0];
 }
 
-// pass emit_llvm (+ compile through the kernel cache). `streaming`: the
-// variant with non-temporal stores for large outputs (llvm_emitter.h).
-cpujit::KernelFn* compiled(const kir::Kernel& k, bool streaming = false) {
-  KernelTable& T = table(streaming);
+// pass emit_llvm (+ compile through the kernel cache), in the variant `options`
+// asks for (llvm_emitter.h: streaming stores, an epilogue over its product).
+cpujit::KernelFn* compiled(const kir::Kernel& k, const cpujit::EmitOptions& options = {}) {
+  KernelTable& T = table(options);
   {
     std::lock_guard<std::mutex> l(T.mu);
     if (auto it = T.fns.find(k); it != T.fns.end()) return it->second;
   }
   std::string text = k.text();
   // Kernels linked in ahead of time (codegen/aot) come first; with TESSEL_JIT=off nothing else may.
-  if (const precompiled::Entry* pk = precompiled::find(text); pk && pk->cpu_fn) {
+  // (Their plain variant serves streaming launches; epilogues do not write over
+  // their product while ahead-of-time kernels are linked in.)
+  if (const precompiled::Entry* pk = options.output_alias_param < 0 ? precompiled::find(text) : nullptr;
+      pk && pk->cpu_fn) {
     precompiled::note_hit(false);
-    auto* fn = reinterpret_cast<cpujit::KernelFn*>(pk->cpu_fn);  // (the plain variant serves every launch)
+    auto* fn = reinterpret_cast<cpujit::KernelFn*>(pk->cpu_fn);
     std::lock_guard<std::mutex> l(T.mu);
     T.fns.emplace(k, fn);
     return fn;
@@ -139,8 +145,7 @@ cpujit::KernelFn* compiled(const kir::Kernel& k, bool streaming = false) {
     o.vector_math = VectorMath::none;
     return o;
   }());
-  const cpujit::EmitOptions options{.streaming = streaming};
-  KernelKey key = jit.make_key(text, streaming ? cpujit::kEmitterVersionStreaming : cpujit::kEmitterVersion);
+  KernelKey key = jit.make_key(text, cpujit::kEmitterVersion + cpujit::variant_key(options));
   std::string symbol = "tessel_k_" + key.to_hex();
   JitKernel jk =
       jit.get_or_compile(key, symbol, [&](llvm::LLVMContext& ctx) { return cpujit::emit_llvm(k, symbol, ctx, options); });
@@ -252,6 +257,21 @@ struct Recorded {
   lower::Lowered l;
 };
 
+// Whether every load of param p reads with the store's offset and strides
+// (so an epilogue may write over p's memory element for element).
+bool same_slot_layout(const lower::Lowered& l, size_t p) {
+  const kir::Kernel& k = l.kernel;
+  const size_t R = static_cast<size_t>(k.rank);
+  const size_t store = k.slot_base(0);
+  for (size_t s = 0; s < k.load_params.size(); ++s) {
+    if (static_cast<size_t>(k.load_params[s]) != p) continue;
+    const size_t load = k.slot_base(static_cast<int>(s + 1));
+    for (size_t i = 0; i <= R; ++i)
+      if (l.args[load + i] != l.args[store + i]) return false;
+  }
+  return true;
+}
+
 class CpuExecutor final : public exec::StepExecutor {
  public:
   // Set while a realization is recorded for the plan cache; anything a plan
@@ -260,9 +280,12 @@ class CpuExecutor final : public exec::StepExecutor {
   bool plannable = true;
 
   BufferView alloc(DType t, const Shape& s) override { return host_dense(t, s); }
+  // Not while ahead-of-time kernels are linked in: they have no such variant,
+  // and a program built with them must not compile.
+  bool epilogue_over_product() const override { return precompiled::size() == 0 && !precompiled::jit_disabled(); }
 
   void launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
-    cpujit::KernelFn* fn = compiled(l.kernel, cpujit::wants_streaming(l.kernel, l.args.data(), l.rows));
+    cpujit::KernelFn* fn = compiled(l.kernel, {.streaming = cpujit::wants_streaming(l.kernel, l.args.data(), l.rows)});
     run_lowered(l, fn);
     bump(&AtomicStats::kernels_launched);
     if (record) {
@@ -286,7 +309,15 @@ class CpuExecutor final : public exec::StepExecutor {
   void matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
                        const lower::Lowered& epi, const Node&) override {
     plannable = false;
-    cpujit::KernelFn* fn = compiled(epi.kernel);
+    // Written over the product (epilogue_over_product): the product's load
+    // param shares the output's memory, offset and strides.
+    cpujit::EmitOptions variant;
+    for (size_t p = 1; p < epi.buffers.size(); ++p)
+      if (epi.buffers[p].storage == epi.buffers[0].storage) {
+        TESSEL_ASSERT("matmul epilogue", variant.output_alias_param < 0 && same_slot_layout(epi, p));
+        variant.output_alias_param = static_cast<int>(p);
+      }
+    cpujit::KernelFn* fn = compiled(epi.kernel, variant);
     const Shape& sa = mm.args[0]->shape;
     const int64_t M = sa.dims[0], K = sa.dims[1], N = mm.shape.dims[1];
     auto operand = [&](size_t i) {

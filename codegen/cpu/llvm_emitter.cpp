@@ -45,6 +45,13 @@ bool streamable(const kir::Kernel& k) {
   return true;
 }
 
+std::string variant_key(const EmitOptions& o) {
+  std::string s;
+  if (o.streaming) s += ";streaming";
+  if (o.output_alias_param >= 0) s += fmt::format(";alias={}", o.output_alias_param);
+  return s;
+}
+
 bool wants_streaming(const kir::Kernel& k, const int64_t* args, int64_t rows) {
   if (!streamable(k)) return false;
   const size_t inner = static_cast<size_t>(k.rank - 1);
@@ -266,10 +273,14 @@ struct Emitter {
       switch (s.kind) {
         case StmtKind::Load: {
           int p = k.load_params[static_cast<size_t>(s.slot)];
-          Value* gep = b.CreateInBoundsGEP(mty(s.dtype), ptrs[static_cast<size_t>(p)], index(s.slot));
+          // A load of the output's own memory reads the element about to be
+          // written: the store's index (slot -1 maps to it), so the optimizer
+          // sees one address, read then written.
+          const bool of_output = p == opts.output_alias_param;
+          Value* gep = b.CreateInBoundsGEP(mty(s.dtype), ptrs[static_cast<size_t>(p)], index(of_output ? -1 : s.slot));
           auto* ld = b.CreateAlignedLoad(ty(mty(s.dtype)), gep, llvm::Align(dtype_size(s.dtype)));
-          ld->setMetadata(llvm::LLVMContext::MD_alias_scope, in_list);
-          ld->setMetadata(llvm::LLVMContext::MD_noalias, out_list);
+          ld->setMetadata(llvm::LLVMContext::MD_alias_scope, of_output ? out_list : in_list);
+          ld->setMetadata(llvm::LLVMContext::MD_noalias, of_output ? in_list : out_list);
           r = s.dtype == DType::b8 ? b.CreateICmpNE(ld, llvm::Constant::getNullValue(ld->getType())) : static_cast<Value*>(ld);
           break;
         }
@@ -352,6 +363,12 @@ struct Emitter {
     auto arg = [&](size_t i) { return b.CreateLoad(i64, b.CreateConstInBoundsGEP1_64(i64, args, i)); };
     for (size_t p = 0; p < k.params.size(); ++p)
       ptrs.push_back(b.CreateLoad(ptr, b.CreateConstInBoundsGEP1_64(ptr, bufs, p)));
+    if (opts.output_alias_param > 0) {  // elementwise only: the store's index is the element's
+      TESSEL_ASSERT("emit_llvm", static_cast<size_t>(opts.output_alias_param) < ptrs.size() &&
+                                     k.params[static_cast<size_t>(opts.output_alias_param)].dtype == k.params[0].dtype &&
+                                     k.reduce == kir::ReduceKind::None && !k.row_program());
+      ptrs[static_cast<size_t>(opts.output_alias_param)] = ptrs[0];  // one pointer: the optimizer sees the same memory
+    }
     const int R = k.rank;
     for (int d = 0; d < R; ++d) dims.push_back(arg(static_cast<size_t>(d)));
     const size_t slots = k.num_slots();

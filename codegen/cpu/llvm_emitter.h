@@ -25,8 +25,9 @@ using KernelFn = void(void** bufs, const int64_t* args, int64_t begin, int64_t e
 /// Changes whenever the code emitted for a kernel changes, so cached objects
 /// of an older emitter are not reused (part of the kernel cache key).
 inline constexpr const char* kEmitterVersion = "emit2";
-/// The same for the streaming variant.
-inline constexpr const char* kEmitterVersionStreaming = "emit2;streaming";
+struct EmitOptions;
+/// The part of the key that names an EmitOptions variant ("" for the plain one).
+std::string variant_key(const EmitOptions& o);
 
 /// Streaming stores. A memory-bound elementwise kernel that writes a large
 /// output spends a sixth of its traffic reading output lines it is about to
@@ -53,6 +54,12 @@ struct EmitOptions {
   /// strides and an element-aligned output store whole cache lines with
   /// non-temporal stores (checked in the kernel, per call).
   bool streaming = false;
+  /// A load param whose memory is the output's, read at the element being
+  /// written (a matmul epilogue writing over the product it reads). Its loads
+  /// use the output's pointer, index and alias scope, so the optimizer sees one
+  /// address read then written and still vectorizes. Elementwise kernels only;
+  /// the launch must give that param the output's offset and strides. -1: none.
+  int output_alias_param = -1;
 };
 
 std::unique_ptr<llvm::Module> emit_llvm(const kir::Kernel& k, const std::string& symbol, llvm::LLVMContext& ctx,

@@ -66,7 +66,7 @@ OrcJit& test_jit() {
 
 cpujit::KernelFn* compile(const kir::Kernel& k) {
   OrcJit& jit = test_jit();
-  KernelKey key = jit.make_key(k.text(), cpujit::kEmitterVersionStreaming);
+  KernelKey key = jit.make_key(k.text(), cpujit::kEmitterVersion + cpujit::variant_key({.streaming = true}));
   std::string sym = "tessel_k_" + key.to_hex();  // the backend's name for this key: the cache is shared
   JitKernel j = jit.get_or_compile(key, sym,
                                    [&](llvm::LLVMContext& ctx) { return cpujit::emit_llvm(k, sym, ctx, {.streaming = true}); });
