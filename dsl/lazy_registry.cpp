@@ -52,6 +52,17 @@ void register_pending(const std::shared_ptr<TensorImpl>& impl) {
   R.pending.push_back(impl);
 }
 
+std::vector<Tensor> pending_among(const std::unordered_set<const ir::Node*>& nodes) {
+  std::vector<Tensor> out;
+  Registry& R = registry();
+  std::lock_guard lock(R.mu);
+  for (auto& w : R.pending) {
+    auto p = w.lock();
+    if (p && !p->deferred && p->node && !p->node->realized() && nodes.count(p->node.get())) out.emplace_back(p);
+  }
+  return out;
+}
+
 void realize_readers_of(const Storage* storage) {
   std::vector<Tensor> todo;
   {

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <memory>
+#include <unordered_set>
+#include <vector>
 
+#include "codegen/ir.h"
 #include "runtime/storage.h"
 
 namespace tessel {
@@ -30,5 +33,9 @@ class DeferPendingScope {
 };
 /// Realizes every pending tensor whose graph reads `storage`.
 void realize_readers_of(const Storage* storage);
+
+class Tensor;
+/// The pending (lazy, still held) tensors whose value is one of `nodes`.
+std::vector<Tensor> pending_among(const std::unordered_set<const ir::Node*>& nodes);
 
 }  // namespace tessel

@@ -719,10 +719,18 @@ void Tensor::backward(const Tensor& gradient) const {
     // The output's own value comes from the same forward pass: realize it
     // with the gradients, or the first in-place write to a parameter (an
     // optimizer step) would run the whole forward pass again to keep it.
-    // Nothing is kept for another backward: this one has just read what it
-    // needs (a second backward recomputes from the graph, as lazily as ever).
+    // Values of the forward graph that users still hold (the logits an
+    // accuracy reads after the step) come out of the same pass too. Nothing
+    // else is kept for another backward: a second one recomputes from the
+    // graph, as lazily as ever.
     std::vector<Tensor> roots = values;
-    if (!is_realized()) roots.push_back(*this);
+    if (!is_realized()) {
+      roots.push_back(*this);
+      std::unordered_set<const ir::Node*> forward;
+      for (ir::Node* n : ir::topo_order({node()})) forward.insert(n);
+      for (Tensor& t : pending_among(forward))
+        if (!t.is_same(*this)) roots.push_back(std::move(t));
+    }
     realize_all(roots, /*keep_grad_values=*/false);
   }
   std::vector<std::pair<Tensor, Tensor>> relayed;  // (source of a device copy, its gradient)

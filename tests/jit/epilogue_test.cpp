@@ -206,9 +206,9 @@ TEST_CASE("compiled: an epilogue writes over the product it reads", "[jit]") {
 }
 
 TEST_CASE("compiled: a training step runs the forward pass once", "[jit]") {
-  // backward realizes the loss with the gradients; otherwise the optimizer's
-  // first in-place write to a weight would run the forward pass again to
-  // keep the (still lazy) loss, which reads that weight.
+  // backward realizes the loss (and the forward values users hold) with the
+  // gradients; otherwise the optimizer's first in-place write to a weight
+  // would run the forward pass again to keep them, as they read that weight.
   BackendOverride o(*cpu_jit_backend());
   manual_seed(3);
   nn::Sequential net(nn::Linear(20, 16), nn::ReLU(), nn::Linear(16, 10));
@@ -218,11 +218,14 @@ TEST_CASE("compiled: a training step runs the forward pass once", "[jit]") {
   t.eval();
   for (int step = 0; step < 2; ++step) {
     reset_cpu_jit_stats();
-    Tensor loss = mse_loss(net(x), t);
+    Tensor out = net(x);  // held, as a loop that reports accuracy holds its logits
+    Tensor loss = mse_loss(out, t);
     opt.zero_grad();
     loss.backward();
     CHECK(loss.is_realized());
+    CHECK(out.is_realized());  // from the same pass, before the step overwrites the weights
     opt.step();
+    CHECK(out.argmax(1).sum().item<double>() >= 0);
     CpuJitStats s = cpu_jit_stats();
     CHECK(s.matmuls == 5);  // forward 2; backward: both weight gradients and the hidden layer's
   }
