@@ -27,6 +27,14 @@ Tensor operand(int64_t rows, int64_t cols, bool transposed, DType t) {
   return transposed ? rand({cols, rows}, t).t() : rand({rows, cols}, t);
 }
 
+// net(x) as the ref interpreter computes it.
+Tensor ref_value(nn::Sequential net, const Tensor& x) {
+  BackendOverride r(ref_backend());
+  Tensor y = net(x);
+  y.eval();
+  return y;
+}
+
 }  // namespace
 
 TEST_CASE("schedule: Linear -> ReLU -> Linear is two matmuls with fused epilogues", "[jit]") {
@@ -112,12 +120,7 @@ TEST_CASE("compiled: Linear -> ReLU -> Linear forward launches two epilogue kern
     net(x).eval();  // sizes the lazy layers
   }
   NoGradGuard g;
-  Tensor want;
-  {
-    BackendOverride r(ref_backend());
-    want = net(x);
-    want.eval();
-  }
+  Tensor want = ref_value(net, x);
   BackendOverride o(*cpu_jit_backend());
   net(x).eval();  // compile
   reset_cpu_jit_stats();
@@ -188,12 +191,7 @@ TEST_CASE("compiled: an epilogue writes over the product it reads", "[jit]") {
   Tensor x = rand({500, 300});
   x.eval();
   NoGradGuard g;
-  Tensor want;
-  {
-    BackendOverride r(ref_backend());
-    want = net(x);
-    want.eval();
-  }
+  Tensor want = ref_value(net, x);
   BackendOverride o(*cpu_jit_backend());
   for (int i = 0; i < 2; ++i) net(x).eval();  // compile, warm the allocator
   reset_cpu_jit_stats();
