@@ -57,7 +57,6 @@ void ExprCache::record(std::vector<int64_t> sig, const ir::NodePtr& root, const 
   }
   auto e = std::make_unique<Entry>();
   e->sig = std::move(sig);
-  e->backend = &backend;
   e->replay = backend.realize_recorded(root, leaves);
   if (!root->realized()) throw InternalError("ExprCache: the backend's realize_recorded left the root without a value");
   e->dtype = root->dtype;
@@ -104,14 +103,13 @@ class RecordingDeferred final : public DeferredExpr {
 
 }  // namespace
 
-Tensor ExprCache::recording(ExprCache& cache, std::vector<int64_t> sig, const Tensor& root,
-                            std::span<const Tensor* const> tensors) {
+Tensor ExprCache::recording(std::vector<int64_t> sig, const Tensor& root, std::span<const Tensor* const> tensors) {
   const std::shared_ptr<TensorImpl>& impl = root.impl_ptr();
   if (!impl->node || impl->node->realized() || impl->node->requires_grad) return root;
   std::vector<ir::NodePtr> leaves;
   leaves.reserve(tensors.size());
   for (const Tensor* t : tensors) leaves.push_back(t->node());
-  impl->deferred = std::make_shared<const RecordingDeferred>(cache, std::move(sig), std::move(impl->node), std::move(leaves));
+  impl->deferred = std::make_shared<const RecordingDeferred>(*this, std::move(sig), std::move(impl->node), std::move(leaves));
   impl->node = nullptr;
   return root;
 }
@@ -122,7 +120,7 @@ ReplayDeferred::ReplayDeferred(const ExprCache::Entry& entry, ir::NodePtr* leave
 }
 
 bool ReplayDeferred::compute(TensorImpl& out) const {
-  if (&cpu_backend() != entry_.backend) return false;  // evaluated under another backend: the IR path
+  if (reinterpret_cast<intptr_t>(&cpu_backend()) != entry_.sig[0]) return false;  // another backend: the IR path
   const ir::BufferView* views[ExprCache::kMaxLeaves];
   for (size_t i = 0; i < num_leaves_; ++i) views[i] = &*leaves_[i]->buffer;
   out.node = ir::input(entry_.replay->run(views), entry_.dtype, entry_.shape);

@@ -54,8 +54,7 @@ class ExprCache {
   static constexpr size_t kMaxEntries = 16;
 
   struct Entry {
-    std::vector<int64_t> sig;
-    const Backend* backend = nullptr;    // the launches are this backend's
+    std::vector<int64_t> sig;            // sig[0]: the backend whose launches these are
     std::unique_ptr<LeafReplay> replay;  // null: this signature is not replayable
     DType dtype = DType::f32;
     Shape shape;
@@ -72,8 +71,7 @@ class ExprCache {
 
   /// A tensor for `root` (IR just built from the tree) that records the
   /// launches of its first evaluation under `sig`.
-  static Tensor recording(ExprCache& cache, std::vector<int64_t> sig, const Tensor& root,
-                          std::span<const Tensor* const> tensors);
+  Tensor recording(std::vector<int64_t> sig, const Tensor& root, std::span<const Tensor* const> tensors);
   /// Realizes `root` through the backend and records its launches under `sig`.
   void record(std::vector<int64_t> sig, const ir::NodePtr& root, const std::vector<ir::NodePtr>& leaves);
 

@@ -241,14 +241,16 @@ constexpr auto to_hana_string(std::index_sequence<I...>) {
 template <class D>
 struct ExprBase {
   Tensor eval(const SymbolTable* env = nullptr) const {
-    if (!env && deferrable()) return defer(static_cast<const D&>(*this));
+    expr::LeafList l;
+    if (!env && deferrable(l)) return defer(static_cast<const D&>(*this), l);
     return lowered(env);
   }
   operator Tensor() const& { return eval(); }
   /// A temporary tree (`Tensor y = relu(a * b + c) * d;`) moves into the tensor.
   operator Tensor() && {
-    if (deferrable()) return defer(std::move(static_cast<D&>(*this)));
-    return eval();
+    expr::LeafList l;
+    if (deferrable(l)) return defer(std::move(static_cast<D&>(*this)), l);
+    return lowered();
   }
   Shape shape() const { return lowered().shape(); }
   DType dtype() const { return lowered().dtype(); }
@@ -313,8 +315,8 @@ struct ExprBase {
   Tensor lowered(const SymbolTable* env = nullptr) const { return lower_tree(static_cast<const D&>(*this), env); }
 
   // Realized CPU leaves, no gradient, no symbols: may stay typed (deferred_expr.h).
-  bool deferrable() const {
-    expr::LeafList l;
+  // Fills `l` with the tree's leaves (they point into *this).
+  bool deferrable(expr::LeafList& l) const {
     expr::collect(static_cast<const D&>(*this), l);
     if (!l.deferrable || l.num_tensors == 0) return false;
     const bool grad = grad_enabled();
@@ -333,9 +335,8 @@ struct ExprBase {
   }
   // Leaves realized and no gradient: a cached signature keeps the tree typed;
   // a miss builds the IR now and records its launches when evaluated.
-  template <class E> static Tensor defer(E&& tree) {
-    expr::LeafList l;
-    expr::collect(tree, l);
+  // `l`: the leaves deferrable() found in `tree` (read before `tree` moves).
+  template <class E> static Tensor defer(E&& tree, const expr::LeafList& l) {
     thread_local std::vector<int64_t> sig;
     std::span<const Tensor* const> tensors(l.tensors, l.num_tensors);
     if (!ExprCache::signature(tensors, {l.numbers, l.num_numbers}, sig)) return lower_tree(tree);
@@ -350,7 +351,7 @@ struct ExprBase {
       return Tensor(std::move(impl));
     }
     if (cache().full()) return lower_tree(tree);
-    return ExprCache::recording(cache(), sig, lower_tree(tree), tensors);
+    return cache().recording(sig, lower_tree(tree), tensors);
   }
   static Tensor lower_tree(const D& tree, const SymbolTable* env = nullptr) {
     Tensor t;

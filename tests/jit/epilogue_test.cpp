@@ -223,7 +223,7 @@ TEST_CASE("compiled: a training step runs the forward pass once", "[jit]") {
     CHECK(loss.is_realized());
     CHECK(out.is_realized());  // from the same pass, before the step overwrites the weights
     opt.step();
-    CHECK(out.argmax(1).sum().item<double>() >= 0);
+    out.argmax(1).eval();  // what an accuracy reads after the step: no forward pass again (matmuls below)
     CpuJitStats s = cpu_jit_stats();
     CHECK(s.matmuls == 5);  // forward 2; backward: both weight gradients and the hidden layer's
   }
