@@ -128,7 +128,9 @@ struct Builder {
     auto stage = std::find(stages.begin(), stages.end(), n);
     if (!root && stage != stages.end()) {
       id = stage_ref(n, m, static_cast<size_t>(stage - stages.begin()));
-    } else if (v && n->op != Op::Constant) {
+    } else if (v && (n->op != Op::Constant || n->realized())) {
+      // A realized node is memory, whatever op made it: a filled tensor
+      // (`v.fill_(0)`) may since have been written element by element.
       id = load(n, *v, m);
     } else if (n->op == Op::Constant) {
       int slot = static_cast<int>(L.kernel.const_types.size());

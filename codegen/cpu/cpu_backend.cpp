@@ -460,11 +460,12 @@ struct Walk {
       } else {
         for (auto& a : n.args) key.push_back(index_of(a.get()));
       }
-      if (n.op == Op::Constant) {  // values are arguments; which constants are equal is structure
+      if (n.op == Op::Constant && !realized) {  // values are arguments; which constants are equal is structure
         size_t same = i;
         int64_t bits = lower::constant_bits(n);
         for (size_t j = 0; j < i; ++j)
-          if (order[j]->op == Op::Constant && order[j]->dtype == n.dtype && lower::constant_bits(*order[j]) == bits) {
+          if (order[j]->op == Op::Constant && !order[j]->realized() && order[j]->dtype == n.dtype &&
+              lower::constant_bits(*order[j]) == bits) {
             same = j;
             break;
           }
@@ -517,7 +518,7 @@ void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>
       int64_t bits = l.args[cb + c];
       int found = -1;
       for (size_t j = 0; j < order.size() && found < 0; ++j)
-        if (order[j]->op == Op::Constant && order[j]->dtype == l.kernel.const_types[c] &&
+        if (order[j]->op == Op::Constant && !was_realized[j] && order[j]->dtype == l.kernel.const_types[c] &&
             lower::constant_bits(*order[j]) == bits)
           found = static_cast<int>(j);
       if (found < 0) return;
