@@ -25,6 +25,7 @@
 
 #include "dsl/deferred_expr.h"
 #include "dsl/lazy_registry.h"
+#include "dsl/leaf_stamp.h"
 #include "dsl/tensor.h"
 
 namespace tessel {
@@ -58,6 +59,7 @@ constexpr uint64_t mix(uint64_t h, uint64_t k) {
 /// A tensor leaf (held by handle: the same tensor is the same IR input).
 struct Ref : ExprTag {
   Tensor t;
+  LeafStamp stamp = LeafStamp::of(t);  // evaluating after a write to t is an error
   static constexpr uint64_t key = fnv("T");
 };
 
@@ -142,7 +144,10 @@ struct Where {
 
 // --- lowering: type tree -> IR (through the same functional ops as Tensor) ---
 
-inline Tensor lower(const Ref& r, const SymbolTable*) { return r.t; }
+inline Tensor lower(const Ref& r, const SymbolTable*) {
+  r.stamp.check(r.t);
+  return r.t;
+}
 template <class T> Scalar lower(const Num<T>& n, const SymbolTable*) { return Scalar(n.v); }
 template <class Name>
 Tensor lower(const Sym<Name>& s, const SymbolTable* env) {
@@ -182,6 +187,7 @@ struct LeafList {
   bool deferrable = true;  // false: a symbolic parameter, or too many leaves
 };
 inline void collect(const Ref& r, LeafList& l) {
+  r.stamp.check(r.t);
   if (l.num_tensors == ExprCache::kMaxLeaves) l.deferrable = false;
   else l.tensors[l.num_tensors++] = &r.t;
 }

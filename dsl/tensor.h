@@ -45,6 +45,9 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> transfer_source;
   std::weak_ptr<TensorImpl> transfer_result;
   enum class Kind : uint8_t { tensor, parameter, uninitialized_parameter } kind = Kind::tensor;
+  // In-place writes through this handle (assign_, a parameter's new value):
+  // expression objects built over it detect a later write (dsl/leaf_stamp.h).
+  uint64_t writes = 0;
 };
 
 /// A number that becomes a tensor constant when mixed with tensors.

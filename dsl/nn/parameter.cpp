@@ -27,6 +27,7 @@ void Parameter::set_value(const Tensor& value) {
   if (!impl_) throw ValueError("Parameter::set_value on an undefined parameter");
   const ir::BufferView& v = value.buffer();
   bool rg = impl_->node ? impl_->node->requires_grad : true;
+  ++impl_->writes;
   impl_->node = ir::input(v, value.dtype(), value.shape(), rg, rg ? std::weak_ptr<void>(impl_) : std::weak_ptr<void>());
   impl_->device = value.device();
   impl_->kind = TensorImpl::Kind::parameter;
