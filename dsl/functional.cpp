@@ -11,6 +11,14 @@ namespace {
 // The shift that keeps exp() in range carries no gradient (softmax does not
 // depend on it). Built without history rather than by detach(), which would
 // realize it: lazy, it joins the sum and the division in one row-program kernel.
+// softmax of integers has no integer result (PyTorch raises too).
+void check_floating(std::string_view op, const Tensor& x) {
+  if (!is_floating(x.dtype()))
+    throw DTypeError(fmt::format("{}: needs a floating-point tensor, got dtype {}; convert first, e.g. "
+                                 "x.to(DType::f32)",
+                                 op, dtype_name(x.dtype())));
+}
+
 Tensor row_max(const Tensor& x, int64_t dim) {
   NoGradGuard no_grad;
   return x.max(dim, true);
@@ -18,22 +26,45 @@ Tensor row_max(const Tensor& x, int64_t dim) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  check_floating("softmax", x);
   Tensor shifted = sub(x, row_max(x, dim));
   Tensor e = shifted.exp();
   return div(e, e.sum({dim}, true));
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  check_floating("log_softmax", x);
   Tensor shifted = sub(x, row_max(x, dim));
   return sub(shifted, shifted.exp().sum({dim}, true).log());
 }
 
-Tensor one_hot(const Tensor& labels, int64_t num_classes) {
+namespace {
+// A label outside [0, C) would select no class: a row of zeros, and a loss
+// that is silently wrong. PyTorch raises; so does tessel (the labels are
+// read on the host: one batch of integers, which training reads anyway).
+void check_labels(std::string_view op, const Tensor& labels, int64_t num_classes) {
   if (is_floating(labels.dtype()))
-    throw DTypeError(fmt::format("one_hot: labels must be integer class indices, got dtype {}",
+    throw DTypeError(fmt::format("{}: labels must be integer class indices, got dtype {}", op,
                                  dtype_name(labels.dtype())));
+  if (num_classes <= 0)
+    throw ValueError(fmt::format("{}: the number of classes must be positive, got {}", op, num_classes));
+  const std::vector<int64_t> v = labels.to_vector<int64_t>();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] < 0 || v[i] >= num_classes)
+      throw IndexError(fmt::format("{}: label {} (at index {}) is outside [0, {}): labels must be class indices "
+                                   "from 0 to C-1 for C = {} classes",
+                                   op, v[i], i, num_classes, num_classes));
+}
+
+Tensor one_hot_of_checked(const Tensor& labels, int64_t num_classes) {
   Tensor classes = arange(num_classes, DType::i64, labels.device());
   return binary_op(ir::Op::Eq, labels.to(DType::i64).unsqueeze(-1), classes);
+}
+}  // namespace
+
+Tensor one_hot(const Tensor& labels, int64_t num_classes) {
+  check_labels("one_hot", labels, num_classes);
+  return one_hot_of_checked(labels, num_classes);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
@@ -42,7 +73,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   if (labels.dim() != 1 || labels.size(0) != logits.size(0))
     throw ShapeError(fmt::format("cross_entropy: labels must be [N] = [{}] class indices, got shape {}",
                                  logits.size(0), labels.shape().str()));
-  Tensor mask = one_hot(labels, logits.size(1)).to(logits.dtype());
+  check_labels("cross_entropy", labels, logits.size(1));
+  Tensor mask = one_hot_of_checked(labels, logits.size(1)).to(logits.dtype());
   Tensor picked = mul(log_softmax(logits, 1), mask).sum({1});
   return picked.mean().neg();
 }

@@ -68,3 +68,9 @@ TEST_CASE("rand with an integer dtype", "[error]") {
 TEST_CASE("requires_grad on an integer tensor", "[error]") {
   REQUIRE_ERROR(tensor({1, 2}).requires_grad_(), DTypeError, "requires_grad", "i64");
 }
+
+TEST_CASE("softmax and log_softmax of an integer tensor", "[error]") {
+  Tensor i = tensor({1, 2, 3});
+  REQUIRE_ERROR(softmax(i, 0), DTypeError, "softmax", "floating-point", "i64", "x.to(DType::f32)");
+  REQUIRE_ERROR(log_softmax(i, 0), DTypeError, "log_softmax", "floating-point", "i64");
+}

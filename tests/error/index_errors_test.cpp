@@ -71,3 +71,14 @@ TEST_CASE("size() with a bad dim", "[error]") {
 TEST_CASE("flatten with a bad dim", "[error]") {
   REQUIRE_ERROR(ones({2, 3}).flatten(0, 2), IndexError, "flatten", "dim 2");
 }
+
+TEST_CASE("cross_entropy and one_hot with a label outside [0, C)", "[error]") {
+  Tensor logits = zeros({3, 4});
+  REQUIRE_ERROR(cross_entropy(logits, tensor({0, 4, 1})), IndexError, "cross_entropy", "label 4 (at index 1)",
+                "outside [0, 4)", "C = 4 classes");
+  REQUIRE_ERROR(cross_entropy(logits, tensor({0, 1, -1})), IndexError, "cross_entropy", "label -1 (at index 2)");
+  REQUIRE_ERROR(one_hot(tensor({2, 7}), 5), IndexError, "one_hot", "label 7 (at index 1)", "outside [0, 5)");
+  REQUIRE_ERROR(one_hot(tensor({0}), 0), ValueError, "one_hot", "number of classes must be positive");
+  // In range, the loss is ln(4) for uniform logits.
+  CHECK(cross_entropy(logits, tensor({0, 3, 1})).item<double>() == Approx(std::log(4.0)));
+}
