@@ -1,10 +1,14 @@
 #include "codegen/backend.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "codegen/cpu/cpu_backend.h"
+#include "codegen/cuda/cuda_backend.h"
 #include "runtime/errors.h"
 
 namespace tessel {
@@ -12,6 +16,54 @@ namespace {
 Backend* g_compiled_cpu = nullptr;
 thread_local Backend* t_override = nullptr;
 std::atomic<std::uint64_t> g_ref_realizations{0};
+
+// Copies `src` (same shape and dtype as dst) into dst's strided memory.
+void strided_copy(const ir::BufferView& dst, const ir::BufferView& src, DType dt, const Shape& shape) {
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  if (shape.numel() == 0) return;
+  // Merge dims both views walk contiguously (an optimizer step's whole
+  // parameter becomes one memcpy), then copy the innermost run per row.
+  std::vector<int64_t> dims, ds, ss;
+  for (size_t i = 0; i < shape.dims.size(); ++i) {
+    int64_t n = shape.dims[i];
+    if (n == 1) continue;
+    if (!dims.empty() && ds.back() == dst.strides[i] * n && ss.back() == src.strides[i] * n) {
+      dims.back() *= n;
+      ds.back() = dst.strides[i];
+      ss.back() = src.strides[i];
+    } else {
+      dims.push_back(n);
+      ds.push_back(dst.strides[i]);
+      ss.push_back(src.strides[i]);
+    }
+  }
+  if (dims.empty()) dims = {1}, ds = {1}, ss = {1};
+  std::byte* d = dst.bytes(dt);
+  const std::byte* s = src.bytes(dt);
+  const size_t r = dims.size();
+  const int64_t inner = dims[r - 1];
+  const bool run = ds[r - 1] == 1 && ss[r - 1] == 1;
+  std::vector<int64_t> idx(r - 1, 0);
+  for (;;) {
+    int64_t od = 0, os = 0;
+    for (size_t i = 0; i + 1 < r; ++i) {
+      od += idx[i] * ds[i];
+      os += idx[i] * ss[i];
+    }
+    if (run) {
+      std::memcpy(d + od * es, s + os * es, static_cast<size_t>(inner * es));
+    } else {
+      for (int64_t k = 0; k < inner; ++k)
+        std::memcpy(d + (od + k * ds[r - 1]) * es, s + (os + k * ss[r - 1]) * es, static_cast<size_t>(es));
+    }
+    size_t i = r - 1;
+    while (i-- > 0) {
+      if (++idx[i] < dims[i]) break;
+      idx[i] = 0;
+    }
+    if (i == static_cast<size_t>(-1)) return;
+  }
+}
 }  // namespace
 
 RefStats ref_stats() { return {g_ref_realizations.load(std::memory_order_relaxed)}; }
@@ -31,7 +83,31 @@ Backend& cpu_backend() {
   if (!g_compiled_cpu) g_compiled_cpu = compiled;
   if (choice == "ref" || !g_compiled_cpu) return ref_backend();
   return *g_compiled_cpu;
-  return *g_compiled_cpu;
+}
+
+Backend& backend_for(Device d) { return d.is_cpu() ? cpu_backend() : cuda_backend(d.index); }
+
+void Backend::copy_into(const ir::BufferView& dst, const ir::BufferView& src, DType t, const Shape& s) {
+  if (src.storage == dst.storage && src.offset == dst.offset && src.strides == dst.strides) return;  // x.copy_(x)
+  if (src.storage == dst.storage) {  // overlapping: a row copied over would be read again
+    ir::BufferView aside = host_dense(t, s);
+    strided_copy(aside, src, t, s);
+    strided_copy(dst, aside, t, s);
+    return;
+  }
+  strided_copy(dst, src, t, s);
+}
+
+ir::BufferView Backend::transfer(const ir::BufferView& v, DType t, const Shape& s, Device from, Device to) {
+  if (!from.is_cpu() || !to.is_cpu())
+    throw InternalError(fmt::format("backend {}: transfer from {} to {} needs a device backend", name(), from.str(), to.str()));
+  ir::BufferView out = host_dense(t, s);
+  strided_copy(out, v, t, s);
+  return out;
+}
+
+ir::BufferView transfer(const ir::BufferView& v, DType t, const Shape& s, Device from, Device to) {
+  return backend_for(from.is_cpu() ? to : from).transfer(v, t, s, from, to);
 }
 
 BackendOverride::BackendOverride(Backend& b) : prev_(t_override) { t_override = &b; }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codegen/ir.h"
+#include "runtime/device.h"
 
 namespace tessel {
 
@@ -41,6 +42,15 @@ class Backend {
     realize({root}, false);
     return nullptr;
   }
+  /// Writes the realized view `src` into `dst` (views of shape `s` and dtype
+  /// `t` in this backend's memory; dst has no elements sharing memory): the
+  /// memory side of in-place writes (x += 1, x[0] = 42, optimizer steps).
+  /// Overlapping views are fine. The default copies host memory.
+  virtual void copy_into(const ir::BufferView& dst, const ir::BufferView& src, DType t, const Shape& s);
+  /// A dense copy of the realized view `v` (dtype t, shape s) that lives on
+  /// `from`, placed on `to`; one of the two is this backend's device. The
+  /// default copies host memory to host memory.
+  virtual ir::BufferView transfer(const ir::BufferView& v, DType t, const Shape& s, Device from, Device to);
 };
 
 /// The plain interpreter: the oracle every compiled result is tested against.
@@ -68,6 +78,19 @@ ir::BufferView eval_with_ref(const ir::Node& n, const std::vector<ir::BufferView
 Backend& cpu_backend();
 /// Installs the compiled CPU backend (called by the JIT at start-up).
 void register_cpu_backend(Backend* b);
+/// The backend that computes values living on `d`: cpu_backend() for the
+/// CPU, the CUDA backend of that GPU for gpu(i). Realization, in-place writes
+/// and transfers go through it, so the DSL names no concrete backend.
+///
+///   backend_for(x.device()).realize({x.node()}, false);
+Backend& backend_for(Device d);
+
+/// A dense copy of the realized view `v` (on `from`) placed on `to`, by the
+/// backend of whichever side is not the CPU.
+///
+///   ir::BufferView on_gpu = transfer(x.buffer(), x.dtype(), x.shape(), cpu(), gpu(0));
+ir::BufferView transfer(const ir::BufferView& v, DType t, const Shape& s, Device from, Device to);
+
 /// Makes `b` the CPU backend for this thread's scope (tests compare backends).
 struct BackendOverride {
   explicit BackendOverride(Backend& b);

@@ -3,8 +3,8 @@
 // live in codegen/builders.
 #include <fmt/format.h>
 
+#include "codegen/backend.h"
 #include "codegen/builders.h"
-#include "codegen/cuda/cuda_backend.h"
 #include "codegen/grad_mode.h"
 #include "dsl/tensor.h"
 
@@ -101,7 +101,7 @@ Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
   check_device_exists(d);
   // A dense copy on `d` (host<->device through pinned staging, or device to device).
-  ir::BufferView v = copy_between_devices(buffer(), dtype(), shape(), device(), d);
+  ir::BufferView v = transfer(buffer(), dtype(), shape(), device(), d);
   if (!(requires_grad() && grad_enabled())) return from_buffer(std::move(v), dtype(), shape(), d);
   // Differentiable, as in PyTorch: the copy is a leaf of its device's graph
   // whose gradient a relay hands back (copied) to this tensor's graph.

@@ -10,7 +10,6 @@
 #include "codegen/autodiff.h"
 #include "codegen/backend.h"
 #include "codegen/builders.h"
-#include "codegen/cuda/cuda_backend.h"
 #include "dsl/deferred_expr.h"
 #include "dsl/lazy_registry.h"
 
@@ -28,54 +27,6 @@ bool can_cast(DType from, DType to) {
   if (is_floating(from) && !is_floating(to)) return false;
   if (from != DType::b8 && to == DType::b8) return false;
   return true;
-}
-
-// Copies `src` (same shape and dtype as dst) into dst's strided memory.
-void strided_copy(const ir::BufferView& dst, const ir::BufferView& src, DType dt, const Shape& shape) {
-  const int64_t es = static_cast<int64_t>(dtype_size(dt));
-  if (shape.numel() == 0) return;
-  // Merge dims both views walk contiguously (an optimizer step's whole
-  // parameter becomes one memcpy), then copy the innermost run per row.
-  std::vector<int64_t> dims, ds, ss;
-  for (size_t i = 0; i < shape.dims.size(); ++i) {
-    int64_t n = shape.dims[i];
-    if (n == 1) continue;
-    if (!dims.empty() && ds.back() == dst.strides[i] * n && ss.back() == src.strides[i] * n) {
-      dims.back() *= n;
-      ds.back() = dst.strides[i];
-      ss.back() = src.strides[i];
-    } else {
-      dims.push_back(n);
-      ds.push_back(dst.strides[i]);
-      ss.push_back(src.strides[i]);
-    }
-  }
-  if (dims.empty()) dims = {1}, ds = {1}, ss = {1};
-  std::byte* d = dst.bytes(dt);
-  const std::byte* s = src.bytes(dt);
-  const size_t r = dims.size();
-  const int64_t inner = dims[r - 1];
-  const bool run = ds[r - 1] == 1 && ss[r - 1] == 1;
-  std::vector<int64_t> idx(r - 1, 0);
-  for (;;) {
-    int64_t od = 0, os = 0;
-    for (size_t i = 0; i + 1 < r; ++i) {
-      od += idx[i] * ds[i];
-      os += idx[i] * ss[i];
-    }
-    if (run) {
-      std::memcpy(d + od * es, s + os * es, static_cast<size_t>(inner * es));
-    } else {
-      for (int64_t k = 0; k < inner; ++k)
-        std::memcpy(d + (od + k * ds[r - 1]) * es, s + (os + k * ss[r - 1]) * es, static_cast<size_t>(es));
-    }
-    size_t i = r - 1;
-    while (i-- > 0) {
-      if (++idx[i] < dims[i]) break;
-      idx[i] = 0;
-    }
-    if (i == static_cast<size_t>(-1)) return;
-  }
 }
 
 // Strides that view memory laid out as (shape, strides) with `target`'s shape
@@ -252,44 +203,51 @@ bool compute_deferred(TensorImpl& impl) {
 void realize_all(std::span<const Tensor> ts, bool keep_grad_values = true) {
   for (const auto& t : ts)
     if (t.defined() && t.impl_ptr()->deferred) compute_deferred(*t.impl_ptr());
-  std::vector<ir::NodePtr> roots, views;
-  bool keep = false;
-  auto add_root = [&](const ir::NodePtr& n) {
-    roots.push_back(n);
-    keep = keep || (keep_grad_values && n->requires_grad);
+  // Roots by device, in first-seen order: each device's backend realizes its own.
+  struct Group {
+    Device device;
+    std::vector<ir::NodePtr> roots;
+    bool keep = false;
+  };
+  std::vector<Group> groups;
+  std::vector<std::pair<ir::NodePtr, Device>> views;
+  auto add_root = [&](const ir::NodePtr& n, Device d) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.device == d; });
+    if (g == groups.end()) g = groups.insert(groups.end(), Group{d, {}, false});
+    g->roots.push_back(n);
+    g->keep = g->keep || (keep_grad_values && n->requires_grad);
   };
   for (const auto& t : ts) {
     const auto& n = t.node();
     if (n->realized()) continue;
-    if (!t.device().is_cpu())
-      throw DeviceError(fmt::format("cannot compute on {}: this build has no CUDA execution backend yet; move the "
-                                    "tensors to the CPU with .cpu()", t.device().str()));
     if (is_movement(*n)) {
       // A view (t.t(), y.reshape(...)) shares memory with the value it views,
       // as in PyTorch: compute that value as itself, then view it, so writes
       // through the view reach every tensor holding it.
       const ir::NodePtr* base = &n;
       while (!(*base)->realized() && is_movement(**base)) base = &(*base)->args[0];
-      if (!(*base)->realized()) add_root(*base);
-      views.push_back(n);
+      if (!(*base)->realized()) add_root(*base, t.device());
+      views.emplace_back(n, t.device());
       continue;
     }
-    add_root(n);
+    add_root(n, t.device());
   }
-  if (!roots.empty()) cpu_backend().realize(roots, keep);
-  for (auto& r : roots)  // values that carry no gradient never need their inputs again
-    if (!r->requires_grad) r->args.clear();
+  for (Group& g : groups) {
+    backend_for(g.device).realize(g.roots, g.keep);
+    for (auto& r : g.roots)  // values that carry no gradient never need their inputs again
+      if (!r->requires_grad) r->args.clear();
+  }
   // Each view chain, bottom up: every node becomes a view of the memory below
   // it (so any tensor holding one of them shares that memory), except a
   // reshape that needs a copy, which gets memory of its own.
-  for (auto& top : views) {
+  for (auto& [top, device] : views) {
     std::vector<ir::NodePtr> chain;
     for (ir::NodePtr n = top; !n->realized(); n = n->args[0]) chain.push_back(n);
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       const ir::NodePtr& n = *it;
       if (n->realized()) continue;
       if (auto v = apply_movement(*n, *n->args[0]->buffer)) n->buffer = std::move(*v);
-      else cpu_backend().realize({n}, n->requires_grad);
+      else backend_for(device).realize({n}, n->requires_grad);
       if (!n->requires_grad) n->args.clear();
     }
   }
@@ -574,6 +532,7 @@ const Tensor& Tensor::assign_(const Tensor& value) const {
   }
   if (!is_realized() || (tracked && !is_leaf())) {
     // Not memory yet (or part of a graph): the new value extends the graph.
+    ++impl_->writes;
     impl_->node = v;
     impl_->is_leaf = !v->requires_grad;
     if (!v->realized()) register_pending(impl_);
@@ -595,10 +554,8 @@ const Tensor& Tensor::assign_(const Tensor& value) const {
   val.eval();
   const ir::BufferView& dst = buffer();
   realize_readers_of(dst.storage.get());
-  if (device().is_cpu())
-    strided_copy(dst, val.buffer(), dtype(), shape());
-  else
-    cuda_copy_into(device().index, dst, val.buffer(), dtype(), shape());
+  ++impl_->writes;
+  backend_for(device()).copy_into(dst, val.buffer(), dtype(), shape());
   dst.storage->bump_version();
   return *this;
 }

@@ -517,6 +517,37 @@ BufferView copy_between_devices(const BufferView& v, DType t, const Shape& s, De
   return out;
 }
 
+namespace {
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int ordinal) : ordinal_(ordinal), name_(fmt::format("cuda:{}", ordinal)) {}
+  std::string_view name() const override { return name_; }
+  void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override {
+    cuda_realize(ordinal_, roots, keep_grad_values);
+  }
+  void copy_into(const BufferView& dst, const BufferView& src, DType t, const Shape& s) override {
+    cuda_copy_into(ordinal_, dst, src, t, s);
+  }
+  BufferView transfer(const BufferView& v, DType t, const Shape& s, Device from, Device to) override {
+    return copy_between_devices(v, t, s, from, to);
+  }
+
+ private:
+  int ordinal_;
+  std::string name_;
+};
+}  // namespace
+
+Backend& cuda_backend(int ordinal) {
+  check_device_exists(gpu(ordinal));
+  static std::mutex mu;
+  static std::unordered_map<int, std::unique_ptr<CudaBackend>> backends;
+  std::lock_guard<std::mutex> l(mu);
+  auto& b = backends[ordinal];
+  if (!b) b = std::make_unique<CudaBackend>(ordinal);
+  return *b;
+}
+
 }  // namespace tessel
 
 namespace tessel {

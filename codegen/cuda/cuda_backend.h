@@ -76,6 +76,14 @@ struct CudaStats {
 };
 CudaStats cuda_stats();
 
+/// The backend of GPU `ordinal` (what backend_for(gpu(i)) returns): realizes
+/// through cuda_realize, writes through cuda_copy_into, moves tensors with
+/// copy_between_devices. It keeps no launch recordings (realize_recorded
+/// returns null), so expression templates over GPU tensors take the IR path,
+/// and the plan cache is the CPU backend's alone: every realization on a GPU
+/// schedules and lowers again, then finds its kernels in the kernel cache.
+Backend& cuda_backend(int ordinal);
+
 /// Realizes `roots`, whose values live on GPU `device`. DeviceError when the
 /// GPU is absent; CompileError when built without NVRTC.
 void cuda_realize(int device, const std::vector<ir::NodePtr>& roots, bool keep_grad_values);

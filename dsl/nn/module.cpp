@@ -218,8 +218,11 @@ Module& Module::apply_init(const Tensor& example, const std::function<void(Modul
 
 Module& Module::to(Device d) {
   for (auto& m : modules()) {
-    for (auto& [n, p] : m->params_)
-      if (p.is_initialized() && !(p.device() == d)) p.set_value(p.data().to(d));
+    for (auto& [n, p] : m->params_) {
+      if (!p.defined()) continue;
+      if (!p.is_initialized()) p.move_uninitialized(d);
+      else if (!(p.device() == d)) p.set_value(p.data().to(d));
+    }
     for (auto& [n, b] : m->buffers_)
       if (b.defined() && !(b.device() == d)) b = b.to(d);
   }

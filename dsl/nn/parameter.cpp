@@ -1,6 +1,7 @@
 #include "dsl/nn/parameter.h"
 
 #include "codegen/builders.h"
+#include "runtime/errors.h"
 
 namespace tessel::nn {
 
@@ -19,8 +20,12 @@ Parameter Parameter::uninitialized() {
   return p;
 }
 
-void Parameter::materialize(const Shape& shape, DType dtype, Device device) {
-  set_value(empty(shape, dtype, device));
+void Parameter::materialize(const Shape& shape, DType dtype) { set_value(empty(shape, dtype, impl_->device)); }
+
+void Parameter::move_uninitialized(Device d) {
+  if (is_initialized()) throw InternalError("Parameter::move_uninitialized on an initialized parameter (Module::to)");
+  check_device_exists(d);
+  impl_->device = d;
 }
 
 void Parameter::set_value(const Tensor& value) {

@@ -20,9 +20,13 @@ class Parameter : public Tensor {
   static Parameter uninitialized();
 
   bool is_initialized() const { return defined() && impl()->kind == TensorImpl::Kind::parameter; }
-  /// Gives an uninitialized parameter its shape and (uninitialized) memory;
+  /// Gives an uninitialized parameter its shape and (uninitialized) memory on
+  /// the device it was moved to (the CPU unless `module.to(d)` came first);
   /// every handle to it -- tied uses included -- sees the change.
-  void materialize(const Shape& shape, DType dtype = DType::f32, Device device = tessel::cpu());
+  void materialize(const Shape& shape, DType dtype = DType::f32);
+  /// Where an uninitialized parameter will materialize, as PyTorch's
+  /// UninitializedParameter.to(device): `LazyLinear(8)` then `net->to(gpu(0))`.
+  void move_uninitialized(Device d);
   /// Replaces the value (same identity): used by load_state_dict and to(device).
   void set_value(const Tensor& value);
 };

@@ -96,6 +96,26 @@ std::vector<std::string> compile_flags(const CompileOptions& opts) {
   return f;
 }
 
+// The source rides along in the PTX as comments (`//@` + line, between
+// begin/end markers), which every PTX assembler ignores: a driver that is not
+// NVIDIA's -- tessel's emulated device, which runs kernels on the host -- can
+// then compile exactly what NVRTC compiled. CUBIN images carry none.
+namespace {
+void append_source_comment(std::string& ptx, std::string_view source) {
+  ptx += "\n//@tessel-cuda-source-begin\n";
+  size_t at = 0;
+  while (at < source.size()) {
+    size_t nl = source.find('\n', at);
+    if (nl == std::string_view::npos) nl = source.size();
+    ptx += "//@";
+    ptx += source.substr(at, nl - at);
+    ptx += '\n';
+    at = nl + 1;
+  }
+  ptx += "//@tessel-cuda-source-end\n";
+}
+}  // namespace
+
 CompiledKernel compile(std::string_view source, std::string_view name, const CompileOptions& opts) {
   std::vector<int> archs = nvrtc_supported_archs();
   bool known = false;
@@ -159,6 +179,7 @@ CompiledKernel compile(std::string_view source, std::string_view name, const Com
       out.ptx.resize(n);
       if (nvrtcResult r = nvrtcGetPTX(prog.p, out.ptx.data()); r != NVRTC_SUCCESS) nvrtc_fail(r, "nvrtcGetPTX", name);
       while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+      append_source_comment(out.ptx, src);
     }
     out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (trace_jit())
