@@ -20,6 +20,7 @@
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/errors.h"
+#include "tests/support/tensor_testing.h"
 
 using namespace tessel;
 using cuda_codegen_test::Case;
@@ -79,8 +80,10 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 TEST_CASE("random trees realized on the GPU match the ref backend", "[gpu]") {
   SKIP_WITHOUT_GPU();
   int compared = 0;
-  for (int i = 0; i < 120; ++i) {
-    Case want = TreeGen(99, i).make(i % 3);  // no backward: it builds over host leaves
+  const uint64_t seed = tessel::testing::test_seed("random trees on the GPU");
+  INFO("seed " << seed << " (TESSEL_TEST_SEED=" << seed << " replays)");
+  for (int i = 0; i < 300; ++i) {
+    Case want = TreeGen(seed, i).make(i % 3);  // no backward: it builds over host leaves
     INFO(want.what);
     std::unordered_map<ir::Node*, ir::NodePtr> memo;
     std::unordered_map<Storage*, std::shared_ptr<Storage>> storages;

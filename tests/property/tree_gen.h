@@ -48,6 +48,8 @@ class TreeGen {
   };
   std::optional<Nudge> nudge;
   double magnitude_limit = 0;  // 0: the mode's default
+  // Where leaves live: a GPU runs the same programs on its backend.
+  tessel::Device device = tessel::cpu();
   // Keeps sqrt off zero, where a constant-zero subtree would make its
   // derivative inf * 0 = nan (as in PyTorch) while finite differences see 0.
   bool smooth = false;
@@ -168,11 +170,17 @@ class TreeGen {
 
   Tensor tensor_of(const naive::Value& v) {
     Shape s{Dims(v.shape)};
-    if (mode_ == Mode::f64) return from_vector<double>(v.v, s);
-    if (mode_ == Mode::f32) return from_vector<float>(std::vector<float>(v.v.begin(), v.v.end()), s);
-    std::vector<int64_t> iv;
-    for (double x : v.v) iv.push_back(static_cast<int64_t>(x));
-    return from_vector<int64_t>(iv, s);
+    Tensor t;
+    if (mode_ == Mode::f64) {
+      t = from_vector<double>(v.v, s);
+    } else if (mode_ == Mode::f32) {
+      t = from_vector<float>(std::vector<float>(v.v.begin(), v.v.end()), s);
+    } else {
+      std::vector<int64_t> iv;
+      for (double x : v.v) iv.push_back(static_cast<int64_t>(x));
+      t = from_vector<int64_t>(iv, s);
+    }
+    return device.is_cpu() ? t : t.to(device);
   }
 
   double limit() const {
