@@ -18,8 +18,13 @@ NodePtr make(Op op, DType dt, Shape shape, std::vector<NodePtr> args) {
   n->dtype = dt;
   n->shape = std::move(shape);
   bool rg = false;
-  for (auto& a : args) rg = rg || a->requires_grad;
+  uint32_t below = 0;
+  for (auto& a : args) {
+    rg = rg || a->requires_grad;
+    if (!a->realized()) below = std::max(below, a->depth);
+  }
   n->requires_grad = rg && grad_enabled();
+  n->depth = below + 1;
   n->args = std::move(args);
   return n;
 }
@@ -131,6 +136,7 @@ NodePtr expand(NodePtr x, Shape s) {
     if (in[i] != 1 && in[i] != s.dims[lead + i])
       throw ShapeError(fmt::format("expand: cannot expand shape {} to {}: dimension {} is {} (only size-1 dims expand)",
                                    x->shape.str(), s.str(), i, in[i]));
+  (void)checked_numel("expand", s);
   DType dt = x->dtype;
   return make(Op::Expand, dt, std::move(s), {std::move(x)});
 }
@@ -229,8 +235,10 @@ NodePtr reshape(NodePtr x, std::vector<int64_t> s) {
       infer = static_cast<int64_t>(i);
     } else if (s[i] < 0) {
       throw ShapeError(fmt::format("reshape: invalid size {} in [{}]", s[i], fmt::join(s, ", ")));
-    } else {
-      known *= s[i];
+    } else if (__builtin_mul_overflow(known, s[i], &known)) {
+      throw ShapeError(fmt::format("reshape: cannot view shape {} ({} elements) as [{}]: its sizes multiply past a "
+                                   "64-bit integer",
+                                   x->shape.str(), x->numel(), fmt::join(s, ", ")));
     }
   }
   int64_t n = x->numel();

@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <unordered_map>
+#include <vector>
 
 #include "codegen/grad_mode.h"
 
@@ -18,6 +19,20 @@ bool grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool on) { g_grad_enabled = on; }
 
 namespace ir {
+
+Node::~Node() {
+  std::vector<NodePtr> doomed;
+  for (NodePtr& a : args)
+    if (a.use_count() == 1) doomed.push_back(std::move(a));
+  while (!doomed.empty()) {
+    NodePtr n = std::move(doomed.back());
+    doomed.pop_back();
+    for (NodePtr& a : n->args)
+      if (a.use_count() == 1) doomed.push_back(std::move(a));
+    n->args.clear();  // n dies here with no uniquely held args: no recursion
+  }
+}
+
 
 std::string_view op_name(Op op) {
   static const std::string names[] = {

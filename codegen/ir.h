@@ -141,9 +141,28 @@ struct Node {
   // read a value that was written in place since.
   uint64_t version = 0;
 
+  // The longest chain of unrealized nodes ending here (1 for a node over
+  // leaves): the DSL realizes a value past kMaxPendingDepth, so no walk over
+  // a pending graph recurses deeper than that (ArrayFire's JIT node limit).
+  uint32_t depth = 0;
+  // Backward ran through this (computed) node without retain_graph: as in
+  // PyTorch its saved values count as freed, and another backward through it
+  // is an error rather than gradients that silently add up again.
+  bool backward_done = false;
+
   bool realized() const { return buffer.has_value(); }
   int64_t numel() const { return shape.numel(); }
+
+  Node() = default;
+  Node(const Node&) = default;
+  Node& operator=(const Node&) = default;
+  // Frees a long chain of nodes only this one holds without recursing once
+  // per node (a 100,000-op chain would overflow the stack).
+  ~Node();
 };
+
+/// Pending depth past which the DSL realizes a value (Tensor ops, in-place writes).
+inline constexpr uint32_t kMaxPendingDepth = 256;
 
 /// Canonical text of the DAG below `root`: nodes in post-order, realized
 /// nodes printed as inputs numbered by first appearance. Two equal trees over

@@ -51,10 +51,7 @@ Tensor fill_host(const Shape& s, DType dt, Device d, F&& f) {
   return t;
 }
 
-void check_shape(const char* what, const Shape& s) {
-  for (int64_t d : s.dims)
-    if (d < 0) throw ShapeError(fmt::format("{}: negative dimension {} in shape {}", what, d, s.str()));
-}
+void check_shape(const char* what, const Shape& s) { (void)checked_numel(what, s); }
 
 }  // namespace
 
@@ -93,8 +90,14 @@ Tensor full(const Shape& s, const Scalar& v, DType t, Device d) {
   double x = v.v.as_double();
   return fill_host(s, t, d, [x](int64_t) { return x; });
 }
-Tensor zeros(const Shape& s, DType t, Device d) { return full(s, 0.0, t, d); }
-Tensor ones(const Shape& s, DType t, Device d) { return full(s, 1.0, t, d); }
+Tensor zeros(const Shape& s, DType t, Device d) {
+  check_shape("zeros", s);
+  return full(s, 0.0, t, d);
+}
+Tensor ones(const Shape& s, DType t, Device d) {
+  check_shape("ones", s);
+  return full(s, 1.0, t, d);
+}
 Tensor zeros(const Shape& s, Device d) { return zeros(s, DType::f32, d); }
 Tensor ones(const Shape& s, Device d) { return ones(s, DType::f32, d); }
 

@@ -95,6 +95,14 @@ Tensor Tensor::from_node(ir::NodePtr node, Device device) {
   impl->is_leaf = !node->requires_grad;
   impl->node = std::move(node);
   impl->device = device;
+  if (lazy && impl->node->depth > ir::kMaxPendingDepth) {
+    // A chain this deep (x = x * a + b in a loop) is computed now, as
+    // ArrayFire evaluates its JIT trees past a node limit: every walk over
+    // a pending graph stays shallow, and one kernel never grows without bound.
+    Tensor t(impl);
+    t.eval();
+    return t;
+  }
   if (lazy && !DeferPendingScope::active()) register_pending(impl);
   return Tensor(impl);
 }
@@ -107,12 +115,20 @@ Tensor from_buffer(ir::BufferView view, DType t, const Shape& s, Device d) {
 }
 
 void Tensor::check_defined(const char* what) const {
-  if (!impl_) throw ValueError(fmt::format("{}: the tensor is undefined (default-constructed or an empty grad)", what));
+  // `what` is the API call when the user made it (backward, grad, ...); the
+  // internal accessors every op goes through (node, device) say nothing to a
+  // user, so those messages name the tensor instead.
+  const std::string_view w(what);
+  const bool internal = w == "node" || w == "device";
+  if (!impl_)
+    throw ValueError(fmt::format("{}an undefined tensor (default-constructed, or the grad of a tensor no backward has "
+                                 "reached) was used; give it a value first",
+                                 internal ? "" : fmt::format("{}: ", what)));
   if (impl_->kind == TensorImpl::Kind::uninitialized_parameter || (!impl_->node && !impl_->deferred))
     throw ValueError(fmt::format(
-        "{}: this is an UninitializedParameter: its shape is not known until the lazy layer sees its first input; "
+        "{}{} is an UninitializedParameter: its shape is not known until its lazy layer sees its first input; "
         "run a forward pass (or apply_init) first",
-        what));
+        internal ? "" : fmt::format("{}: ", what), impl_->name.empty() ? "this parameter" : impl_->name));
 }
 
 const ir::NodePtr& Tensor::node() const {
@@ -376,6 +392,10 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
   if (r == 0) return reshape({1});
   start = ir::normalize_axis("flatten", start, r, shape());
   end = ir::normalize_axis("flatten", end, r, shape());
+  if (start > end)
+    throw IndexError(fmt::format("flatten: start_dim {} comes after end_dim {} (shape {}); flatten(start, end) needs "
+                                 "start <= end",
+                                 start, end, shape().str()));
   std::vector<int64_t> s;
   for (int64_t i = 0; i < start; ++i) s.push_back(shape()[i]);
   int64_t m = 1;
@@ -452,7 +472,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   if (end < 0) end += n;
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
-  int64_t len = (end - start + step - 1) / step;
+  const int64_t len = end > start ? 1 + (end - start - 1) / step : 0;  // (end - start + step - 1) overflows
   Shape out = shape();
   out[d] = len;
   if (!wants_graph(*this) || !requires_grad()) {
@@ -467,7 +487,19 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   return from_node(ir::slice(node(), starts, steps, out), device());
 }
 
-Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const { return slice(d, start, start + length); }
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = ir::normalize_axis("narrow", d, dim(), shape());
+  const int64_t n = shape()[d];
+  if (start < -n || start > n)
+    throw IndexError(fmt::format("narrow: start {} is out of range for dimension {} of size {} (shape {})", start, d, n,
+                                 shape().str()));
+  if (start < 0) start += n;
+  if (length < 0 || length > n - start)  // start + length would overflow for huge lengths
+    throw IndexError(fmt::format("narrow: start ({}) + length ({}) exceeds dimension {} of size {} (shape {}); the "
+                                 "length must be in [0, {}]",
+                                 start, length, d, n, shape().str(), n - start));
+  return slice(d, start, start + length);
+}
 
 Tensor Tensor::select(int64_t d, int64_t i) const {
   if (dim() == 0) throw IndexError("select: cannot index a 0-d tensor; use item() to read its value");
@@ -535,7 +567,9 @@ const Tensor& Tensor::assign_(const Tensor& value) const {
     ++impl_->writes;
     impl_->node = v;
     impl_->is_leaf = !v->requires_grad;
-    if (!v->realized()) register_pending(impl_);
+    if (v->realized()) return *this;
+    if (v->depth > ir::kMaxPendingDepth) eval();  // as from_node: x += y in a long loop
+    else register_pending(impl_);
     return *this;
   }
   if (tracked && requires_grad())
@@ -652,7 +686,7 @@ std::string Tensor::grad_fn_name() const {
   return autodiff::grad_fn_name(*impl_->node);
 }
 
-void Tensor::backward(const Tensor& gradient) const {
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   check_defined("backward");
   if (!requires_grad())
     throw ValueError("backward: this tensor does not require grad and has no grad_fn; did you forget "
@@ -669,7 +703,7 @@ void Tensor::backward(const Tensor& gradient) const {
                                  shape().str()));
   }
   NoGradGuard no_grad;
-  std::vector<autodiff::LeafGrad> grads = autodiff::gradients(node(), seed.node());
+  std::vector<autodiff::LeafGrad> grads = autodiff::gradients(node(), seed.node(), retain_graph);
   std::vector<Tensor> values;
   for (auto& lg : grads) values.push_back(from_node(lg.grad, device()));
   {
@@ -715,7 +749,7 @@ void Tensor::backward(const Tensor& gradient) const {
   }
   // Each device copy's gradient goes back to its source's device and on
   // through the source's own graph.
-  for (auto& [source, g] : relayed) source.backward(g.to(source.device()));
+  for (auto& [source, g] : relayed) source.backward(g.to(source.device()), retain_graph);
 }
 
 }  // namespace tessel

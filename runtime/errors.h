@@ -3,6 +3,7 @@
 // Internal invariants use TESSEL_ASSERT, which names the pass that broke.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -38,6 +39,10 @@ struct InternalError : std::logic_error {
 };
 
 [[noreturn]] void internal_failure(const char* pass, const char* cond, const char* file, int line);
+
+/// Byte counts as out-of-memory messages print them: "0 B", "512 B", "1.50 KiB",
+/// "2.00 GiB", "139.8 GiB" (two decimals below 10, one above).
+std::string format_bytes(std::size_t bytes);
 
 }  // namespace tessel
 

@@ -2,18 +2,25 @@
 
 #include <sys/mman.h>
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <mutex>
-#include <new>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "runtime/errors.h"
 
 namespace tessel {
 namespace {
 
 constexpr size_t kLarge = size_t{1} << 21;  // 2 MiB: huge-page sized blocks
 constexpr size_t kMaxCached = size_t{4} << 30;
+constexpr size_t kHuge = size_t{1} << 30;  // requests checked against the machine's memory first
 
 // Size classes: powers of two up to 2 MiB, then multiples of 2 MiB, so a
 // training loop that allocates the same shapes every step always hits.
@@ -37,9 +44,29 @@ Pool& pool() {
 void* fresh_block(size_t cls) {
   size_t align = cls >= kLarge ? kLarge : 64;
   void* p = std::aligned_alloc(align, cls);
-  if (!p) throw std::bad_alloc();
-  if (cls >= kLarge) madvise(p, cls, MADV_HUGEPAGE);
+  if (p && cls >= kLarge) madvise(p, cls, MADV_HUGEPAGE);
   return p;
+}
+
+// "MemTotal" or "MemAvailable" from /proc/meminfo, in bytes (0 where unreadable).
+size_t meminfo(const char* key) {
+  std::ifstream f("/proc/meminfo");
+  std::string k, unit;
+  size_t kib = 0;
+  while (f >> k >> kib) {
+    std::getline(f, unit);
+    if (k.size() == std::strlen(key) + 1 && k.compare(0, k.size() - 1, key) == 0) return kib * 1024;
+  }
+  return 0;
+}
+
+[[noreturn]] void throw_host_oom(size_t requested) {
+  const HostAllocatorStats st = host_allocator_stats();
+  throw OutOfMemoryError(fmt::format(
+      "CPU out of memory: tried to allocate {}; total {}, available {}, allocated by tessel {}, cached {} (the "
+      "cache was freed and the allocation retried)",
+      format_bytes(requested), format_bytes(meminfo("MemTotal")), format_bytes(meminfo("MemAvailable")),
+      format_bytes(st.live_bytes), format_bytes(st.cached_bytes)));
 }
 
 }  // namespace
@@ -60,7 +87,30 @@ void* host_allocate(size_t nbytes) {
       return p;
     }
   }
-  return fresh_block(cls);
+  // More than the machine has at all: refuse before the OS is asked (with
+  // overcommit it may say yes, and the first touch would bring the OOM killer).
+  if (cls >= kHuge) {
+    const size_t total = meminfo("MemTotal") + meminfo("SwapTotal");
+    if (total > 0 && cls > total) {
+      {
+        std::lock_guard lock(P.mu);
+        --P.stats.allocations;
+        P.stats.live_bytes -= cls;
+      }
+      throw_host_oom(nbytes);
+    }
+  }
+  if (void* p = fresh_block(cls)) return p;
+  // As on GPUs: give the cache back to the OS and try once more, then say
+  // what was asked for and what there is (never a bare std::bad_alloc).
+  host_empty_cache();
+  if (void* p = fresh_block(cls)) return p;
+  {
+    std::lock_guard lock(P.mu);
+    --P.stats.allocations;
+    P.stats.live_bytes -= cls;
+  }
+  throw_host_oom(nbytes);
 }
 
 void host_free(void* p, size_t nbytes) {

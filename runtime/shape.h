@@ -33,6 +33,13 @@ struct Shape {
 
 using Strides = std::vector<int64_t>;
 
+/// s.numel(), checked: a ShapeError naming `what` and the shape when a
+/// dimension is negative or the element count or its size in bytes (at
+/// `elem_size` bytes each) does not fit in an int64.
+///
+///   checked_numel("zeros", Shape{3, int64_t{1} << 62}, 4);   // ShapeError
+int64_t checked_numel(const char* what, const Shape& s, int64_t elem_size = 8);
+
 /// Row-major strides for `s`, in elements.
 Strides contiguous_strides(const Shape& s);
 

@@ -15,6 +15,8 @@ std::optional<Operand> operand(const Shape& s, const ir::BufferView& v) {
   size_t r = s.dims.size();
   int64_t rows = s.dims[r - 2], cols = s.dims[r - 1];
   int64_t sr = v.strides[r - 2], sc = v.strides[r - 1];
+  // No elements: nothing is read, any layout will do (a [3, 0] tensor has row stride 0).
+  if (rows == 0 || cols == 0) return Operand{v, false, std::max<int64_t>(cols, 1)};
   if ((sc == 1 || cols == 1) && sr >= std::max<int64_t>(cols, 1)) return Operand{v, false, std::max<int64_t>(sr, 1)};
   if ((sr == 1 || rows == 1) && sc >= std::max<int64_t>(rows, 1)) return Operand{v, true, std::max<int64_t>(sc, 1)};
   return std::nullopt;

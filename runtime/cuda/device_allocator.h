@@ -34,11 +34,11 @@
 #include <vector>
 
 #include "runtime/cuda/driver.h"
+#include "runtime/errors.h"
 
 namespace tessel::cuda {
 
-/// "0 B", "512 B", "1.50 KiB", "2.00 GiB", "139.8 GiB": two decimals below 10, one above.
-std::string format_bytes(std::size_t bytes);
+using tessel::format_bytes;  // runtime/errors.h
 
 /// Where the caching allocator gets device memory and stream-ordering events from.
 class DeviceMemorySource {

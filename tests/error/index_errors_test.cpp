@@ -1,6 +1,7 @@
 #include "error_testing.h"
 
 using namespace tessel;
+using namespace tessel::testing;
 
 TEST_CASE("index out of range", "[error]") {
   Tensor t = ones({2, 3});
@@ -81,4 +82,27 @@ TEST_CASE("cross_entropy and one_hot with a label outside [0, C)", "[error]") {
   REQUIRE_ERROR(one_hot(tensor({0}), 0), ValueError, "one_hot", "number of classes must be positive");
   // In range, the loss is ln(4) for uniform logits.
   CHECK(cross_entropy(logits, tensor({0, 3, 1})).item<double>() == Approx(std::log(4.0)));
+}
+
+TEST_CASE("flatten with start_dim after end_dim", "[error]") {
+  REQUIRE_ERROR(ones({2, 1, 3}).flatten(1, 0), IndexError, "flatten", "start_dim 1 comes after end_dim 0",
+                "[2, 1, 3]");
+}
+
+TEST_CASE("narrow past the end of a dimension, huge lengths included", "[error]") {
+  Tensor x = arange(0, 3);
+  REQUIRE_ERROR(x.narrow(0, 3, INT64_MAX), IndexError, "narrow", "start (3) + length (9223372036854775807)",
+                "dimension 0 of size 3", "[0, 0]");
+  REQUIRE_ERROR(x.narrow(0, 1, 3), IndexError, "narrow", "start (1) + length (3)", "[0, 2]");
+  REQUIRE_ERROR(x.narrow(0, -4, 1), IndexError, "narrow", "start -4 is out of range");
+  REQUIRE_ERROR(x.narrow(0, 0, -1), IndexError, "narrow", "length (-1)");
+  CHECK(ivals(x.narrow(0, -2, 2)) == std::vector<int64_t>{1, 2});
+  CHECK(x.narrow(0, 3, 0).numel() == 0);
+}
+
+TEST_CASE("slice with a huge step or end is the elements that exist, not an overflow", "[error]") {
+  Tensor x = arange(0, 5);
+  CHECK(ivals(x.slice(0, 0, 3, INT64_MAX)) == std::vector<int64_t>{0});
+  CHECK(ivals(x.slice(0, 1, INT64_MAX, 2)) == std::vector<int64_t>{1, 3});
+  CHECK(x.slice(0, 4, 2).numel() == 0);
 }

@@ -124,3 +124,18 @@ TEST_CASE("expand to a negative size", "[error]") {
   REQUIRE_ERROR(ones({3}).expand({-1, 3}), ShapeError, "expand", "-1");
   REQUIRE_ERROR(ones({3}).expand({-2}), ShapeError, "expand", "-2");
 }
+
+TEST_CASE("shapes whose element count or byte size overflows int64", "[error]") {
+  REQUIRE_ERROR(zeros({3, int64_t{1} << 62}), ShapeError, "zeros", "[3, 4611686018427387904]", "overflows");
+  REQUIRE_ERROR(ones({int64_t{1} << 32, int64_t{1} << 32}), ShapeError, "[4294967296, 4294967296]", "overflows");
+  REQUIRE_ERROR(ones({1}).expand({int64_t{1} << 40, int64_t{1} << 40}), ShapeError, "expand", "overflows");
+  REQUIRE_ERROR(ones({2}).reshape({int64_t{1} << 62, 8, 0}), ShapeError, "reshape", "64-bit");
+  // A zero dimension keeps the count at zero whatever the others are.
+  CHECK(zeros({0, int64_t{1} << 62}).numel() == 0);
+}
+
+TEST_CASE("a huge but representable tensor is the out-of-memory error with figures", "[error]") {
+  REQUIRE_ERROR(zeros({int64_t{1} << 40}), OutOfMemoryError, "CPU out of memory: tried to allocate 4.00 TiB",
+                "total ", "available ", "allocated by tessel ", "cached ");
+  CHECK(ones({4}).sum().item<double>() == 4.0);  // and the process goes on
+}

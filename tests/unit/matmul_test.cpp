@@ -193,3 +193,15 @@ TEST_CASE("batched matmul of large operands (the BLAS path)", "[matmul]") {
   for (int i = 0; i < 3; ++i) bb.insert(bb.end(), bv.begin(), bv.end());
   require_close(vals(a.matmul(b)), naive(vals(a), bb, 3, 70, 64, 66), 1e-11, 1e-11);
 }
+
+TEST_CASE("products with a zero-size dimension are zeros or empty, fused epilogues included", "[matmul]") {
+  Tensor k0 = Tensor(ones({3, 0}).matmul(ones({0, 4})) * 2.0);
+  CHECK(k0.shape().dims == std::vector<int64_t>{3, 4});
+  CHECK(tessel::testing::vals(k0) == std::vector<double>(12, 0.0));
+  Tensor m0 = Tensor(ones({0, 5}).matmul(ones({5, 4})) + 1.0);
+  CHECK(m0.shape().dims == std::vector<int64_t>{0, 4});
+  CHECK(m0.numel() == 0);
+  Tensor n0 = ones({2, 5}).matmul(ones({5, 0}));
+  CHECK(n0.shape().dims == std::vector<int64_t>{2, 0});
+  CHECK(n0.to_vector<double>().empty());
+}
