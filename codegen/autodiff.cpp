@@ -163,7 +163,7 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
 
 }  // namespace
 
-std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed) {
+std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool retain_graph) {
   TESSEL_ASSERT("autodiff", seed->shape == root->shape);
   // Post-order over the nodes gradients flow through; reversed it visits each
   // node after every node that consumes it.
@@ -178,6 +178,11 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed) {
       if (a->requires_grad && seen.insert(a.get()).second) stack.push_back({a, 0});
       continue;
     }
+    if (n->backward_done)
+      throw ValueError(
+          "backward: trying to backward through the graph a second time: its saved values were freed by the first "
+          "backward(); pass retain_graph (y.backward({}, /*retain_graph=*/true)) to the first call if you need to "
+          "go through it again, or compute the output again");
     order.push_back(n);
     stack.pop_back();
   }
@@ -216,6 +221,9 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed) {
           "step, x.data() += ...) after backward, or compute on a clone()",
           dtype_name(n->dtype), n->shape.str(), now, n->version));
   }
+  if (!retain_graph)
+    for (const NodePtr& n : order)
+      if (!n->args.empty()) n->backward_done = true;  // leaves can start a new graph any time
   return out;
 }
 

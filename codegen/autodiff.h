@@ -18,7 +18,9 @@ struct LeafGrad {
 /// Gradients of `root` (seeded with `seed`, root's shape) for every node below
 /// it that has an owner. A node reached along several paths (a tied
 /// parameter) gets the sum of their contributions.
-std::vector<LeafGrad> gradients(const ir::NodePtr& root, const ir::NodePtr& seed);
+/// Without `retain_graph`, the computed nodes walked are marked backward_done,
+/// and a later call through any of them is a ValueError (PyTorch's rule).
+std::vector<LeafGrad> gradients(const ir::NodePtr& root, const ir::NodePtr& seed, bool retain_graph = false);
 
 /// PyTorch's name for the backward of `n`: "SumBackward0", "MmBackward0", ...
 std::string grad_fn_name(const ir::Node& n);

@@ -48,6 +48,8 @@ struct TensorImpl {
   // In-place writes through this handle (assign_, a parameter's new value):
   // expression objects built over it detect a later write (dsl/leaf_stamp.h).
   uint64_t writes = 0;
+  // A parameter's owner and name ("LazyLinear.weight"), for error messages.
+  std::string name;
 };
 
 /// A number that becomes a tensor constant when mixed with tensors.
@@ -156,6 +158,14 @@ class Tensor {
   Tensor min(int64_t dim, bool keepdim = false) const;
   Tensor argmax() const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
+  /// Whether every / some element is nonzero (bool tensors; empty: all() is
+  /// true, any() false), as torch.all / torch.any.
+  ///
+  ///   if ((x > 0).all()) ...
+  Tensor all() const;
+  Tensor all(int64_t dim, bool keepdim = false) const;
+  Tensor any() const;
+  Tensor any(int64_t dim, bool keepdim = false) const;
 
   // --- in-place (write into this tensor's memory, or extend its graph) ---
   // Handles are shallow: in-place ops are const, as in LibTorch, so they work
@@ -201,7 +211,14 @@ class Tensor {
   /// PyTorch's grad_fn name, e.g. "SumBackward0"; empty for leaves.
   std::string grad_fn_name() const;
   /// Back-propagates from this scalar (or with `gradient` of this shape).
-  void backward(const Tensor& gradient = Tensor()) const;
+  /// Gradients of this tensor into every leaf that requires grad. Like
+  /// PyTorch, the graph is spent afterwards unless `retain_graph`: a second
+  /// backward through it is a ValueError.
+  ///
+  ///   Tensor y = (x * x).sum();
+  ///   y.backward({}, /*retain_graph=*/true);
+  ///   y.backward();   // x.grad() is now 4 * x
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
 
   /// PyTorch-style text: tensor([[1., 2.], ...]).
   std::string str() const;

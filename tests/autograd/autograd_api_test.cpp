@@ -32,17 +32,24 @@ TEST_CASE("autograd: gradients accumulate across backward calls", "[autograd]") 
   CHECK(vals(x.grad()) == std::vector<double>{5, 7});
 }
 
-TEST_CASE("autograd: backward realizes the output; a second backward on the same graph recomputes", "[autograd]") {
+TEST_CASE("autograd: backward realizes the output; a second backward needs retain_graph", "[autograd]") {
   Tensor x = leaf({1, -2, 3}, {3});
   Tensor h = (x * x).relu();  // intermediates backward reads
   Tensor y = (h * x).sum();
   CHECK_FALSE(y.is_realized());
-  y.backward();
+  y.backward({}, /*retain_graph=*/true);
   CHECK(y.is_realized());
   CHECK(y.item<double>() == 1 - 8 + 27);
   CHECK(vals(x.grad()) == std::vector<double>{3, 12, 27});  // d(x^3)/dx = 3x^2
-  y.backward();  // nothing was kept: the graph's values are computed again
+  y.backward();  // retained: the graph's values are computed again
   CHECK(vals(x.grad()) == std::vector<double>{6, 24, 54});
+  // Spent now, as in PyTorch: a third backward would add the gradient again.
+  CHECK_THROWS_AS(y.backward(), ValueError);
+  CHECK(vals(x.grad()) == std::vector<double>{6, 24, 54});
+  // A graph built again from the same leaves is a new graph.
+  Tensor y2 = (Tensor((x * x).relu()) * x).sum();
+  y2.backward();
+  CHECK(vals(x.grad()) == std::vector<double>{9, 36, 81});
 }
 
 TEST_CASE("autograd: zeroing grad between steps", "[autograd]") {
@@ -270,7 +277,7 @@ TEST_CASE("autograd: requires_grad_(false) on a leaf stops tracking", "[autograd
 TEST_CASE("autograd: two losses sharing a subgraph", "[autograd]") {
   Tensor x = leaf({1, 2}, {2});
   Tensor h = x.exp();
-  (h * 2).sum().backward();
+  (h * 2).sum().backward({}, /*retain_graph=*/true);  // h's part of the graph is walked again below
   (h * 3).sum().backward();
   std::vector<double> e{std::exp(1.0), std::exp(2.0)};
   require_close(vals(x.grad()), {5 * e[0], 5 * e[1]}, 1e-12, 1e-12);

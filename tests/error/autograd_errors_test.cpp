@@ -102,3 +102,12 @@ TEST_CASE("backward after an in-place change through data()", "[error]") {
   c.data() *= 3;
   REQUIRE_ERROR(loss.backward(), ValueError, "modified in place");
 }
+
+TEST_CASE("backward a second time through a spent graph", "[error]") {
+  Tensor x = ones({3}).requires_grad_();
+  Tensor y = (x * x).sum();
+  y.backward();
+  REQUIRE_ERROR(y.backward(), ValueError, "backward through the graph a second time", "retain_graph");
+  // The gradient did not add up silently.
+  CHECK(tessel::testing::vals(x.grad()) == std::vector<double>{2, 2, 2});
+}
