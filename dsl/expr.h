@@ -313,6 +313,10 @@ struct ExprBase {
   Tensor min(int64_t d, bool keepdim = false) const { return lowered().min(d, keepdim); }
   Tensor argmax() const { return lowered().argmax(); }
   Tensor argmax(int64_t d, bool keepdim = false) const { return lowered().argmax(d, keepdim); }
+  Tensor all() const { return lowered().all(); }
+  Tensor all(int64_t d, bool keepdim = false) const { return lowered().all(d, keepdim); }
+  Tensor any() const { return lowered().any(); }
+  Tensor any(int64_t d, bool keepdim = false) const { return lowered().any(d, keepdim); }
   std::string str() const { return eval().str(); }
   static constexpr uint64_t structural_key = D::key;
 

@@ -97,6 +97,22 @@ Tensor Tensor::min(int64_t d, bool k) const { return reduce(ir::Op::Min, *this, 
 Tensor Tensor::argmax() const { return reduce(ir::Op::ArgMax, *this, {}, false); }
 Tensor Tensor::argmax(int64_t d, bool k) const { return reduce(ir::Op::ArgMax, *this, {d}, k); }
 
+namespace {
+// 1 where an element is nonzero, as int64, so all/any are counts.
+Tensor nonzero_count(const Tensor& t, std::vector<int64_t> dims, bool keepdim) {
+  Tensor ones = binary_op(ir::Op::Ne, t, Scalar(0)).to(DType::i64);
+  return dims.empty() ? ones.sum() : ones.sum(std::move(dims), keepdim);
+}
+}  // namespace
+
+Tensor Tensor::all() const { return binary_op(ir::Op::Eq, nonzero_count(*this, {}, false), Scalar(numel())); }
+Tensor Tensor::all(int64_t d, bool k) const {
+  d = ir::normalize_axis("all", d, dim(), shape());
+  return binary_op(ir::Op::Eq, nonzero_count(*this, {d}, k), Scalar(shape()[d]));
+}
+Tensor Tensor::any() const { return binary_op(ir::Op::Gt, nonzero_count(*this, {}, false), Scalar(0)); }
+Tensor Tensor::any(int64_t d, bool k) const { return binary_op(ir::Op::Gt, nonzero_count(*this, {d}, k), Scalar(0)); }
+
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
   check_device_exists(d);

@@ -39,10 +39,9 @@ void LinearImpl::materialize(int64_t in) {
 }
 
 void LinearImpl::materialize_for_load(const std::string& name, const Tensor& value) {
+  // Only the weight says in_features; a bias alone leaves the layer lazy and
+  // load_state_dict reports the missing weight.
   if (name == "weight" && value.dim() == 2) materialize(value.size(1));
-  else if (name == "bias" && !weight.is_initialized())
-    throw CheckpointError(fmt::format("{}: cannot infer in_features from '{}' alone; the checkpoint needs "
-                                      "'weight' before 'bias'", path(), name));
 }
 
 Tensor LinearImpl::forward(const Tensor& x) {

@@ -40,6 +40,7 @@ void Module::check_name(const char* what, const std::string& name) const {
 
 Parameter& Module::register_parameter(const std::string& name, Parameter p) {
   check_name("register_parameter", name);
+  if (p.defined() && p.impl_ptr()->name.empty()) p.impl_ptr()->name = type_name_ + "." + name;
   return params_.insert(name, std::move(p));
 }
 
@@ -173,6 +174,12 @@ LoadResult Module::load_state_dict(const OrderedDict<Tensor>& dict, bool strict)
     if (slot.is_param) {
       Parameter& p = const_cast<Parameter&>(*slot.owner->params_.find(slot.local));
       if (!p.is_initialized()) slot.owner->materialize_for_load(slot.local, *v);
+      if (!p.is_initialized()) {  // a lazy layer whose shape-giving key is missing
+        r.mismatched_keys.push_back(fmt::format("{}: not loaded, {} is still lazy (the key that gives its shape is "
+                                                "missing)",
+                                                key, slot.owner->path()));
+        continue;
+      }
       if (!(p.shape() == v->shape())) {
         r.mismatched_keys.push_back(fmt::format("{}: expected {}, got {}", key, p.shape().str(), v->shape().str()));
         continue;

@@ -80,3 +80,29 @@ TEST_CASE("an integer tensor to a negative integer power is an error, as in PyTo
   CHECK(x.pow(2).to_vector<int64_t>() == std::vector<int64_t>{1, 4, 16});
   CHECK(x.to(DType::f32).pow(-1).to_vector<double>() == std::vector<double>{1, 0.5, 0.25});
 }
+
+TEST_CASE("load_state_dict into a lazy model whose checkpoint lacks the weight", "[error]") {
+  nn::Sequential lazy(nn::LazyLinear(4));
+  OrderedDict<Tensor> dict;
+  dict.insert("0.bias", zeros({4}));
+  REQUIRE_ERROR(lazy->load_state_dict(dict), CheckpointError, "missing keys: 0.weight",
+                "0.bias: not loaded, 0 is still lazy");
+  nn::LoadResult r = lazy->load_state_dict(dict, /*strict=*/false);
+  CHECK(r.missing_keys == std::vector<std::string>{"0.weight"});
+  REQUIRE(r.mismatched_keys.size() == 1);
+  CHECK(r.mismatched_keys[0].rfind("0.bias: not loaded", 0) == 0);
+}
+
+TEST_CASE("errors about undefined tensors and lazy parameters speak of the user's objects", "[error]") {
+  Tensor t;
+  try {
+    (void)Tensor(t + 1);
+    FAIL("expected ValueError");
+  } catch (const ValueError& e) {
+    CHECK(std::string(e.what()).rfind("an undefined tensor (default-constructed", 0) == 0);  // no internal word first
+  }
+  nn::LazyLinear lazy(4);
+  REQUIRE_ERROR(lazy->weight.shape(), ValueError, "LazyLinear.weight is an UninitializedParameter",
+                "run a forward pass");
+  REQUIRE_ERROR(Tensor().backward(), ValueError, "backward: an undefined tensor");
+}

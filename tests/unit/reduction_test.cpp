@@ -159,3 +159,20 @@ TEST_CASE("sum of f32 accumulates precisely", "[reduce]") {
   // Exact sum of 10000 copies of float(0.1), rounded once to f32.
   CHECK(t.sum().item<float>() == static_cast<float>(10000.0 * static_cast<double>(0.1f)));
 }
+
+TEST_CASE("all() and any(), whole tensors and along a dim, empty ones included", "[reduction]") {
+  Tensor x = tensor({{1.0, 0.0, 2.0}, {3.0, 4.0, 5.0}});
+  CHECK((x > -1).all().item<bool>());
+  CHECK_FALSE(x.all().item<bool>());
+  CHECK(x.any().item<bool>());
+  CHECK_FALSE((x > 9).any().item<bool>());
+  CHECK(x.all(1).to_vector<int64_t>() == std::vector<int64_t>{0, 1});
+  CHECK(x.all(0).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 1});
+  CHECK((x > 3).any(1).to_vector<int64_t>() == std::vector<int64_t>{0, 1});
+  CHECK(x.all().dtype() == DType::b8);
+  CHECK(zeros({0}).all().item<bool>());
+  CHECK_FALSE(zeros({0}).any().item<bool>());
+  // The hint the ambiguous-bool error gives works as written.
+  Tensor y = ones({2, 2});
+  CHECK(static_cast<bool>((y > 0).all()));
+}
