@@ -281,10 +281,36 @@ bool KernelCache::disk_enabled() {
           dir_.string(), std::strerror(errno)));
       return;
     }
+    if (std::string why = untrusted_reason(dir_); !why.empty()) {
+      // A checksum is not authentication: anyone who can write this folder
+      // can make tessel run their code. Refuse it, as ssh refuses a key file
+      // others can write, and keep this process's kernels in a private folder.
+      char tmpl[] = "/tmp/tessel-private-cache-XXXXXX";
+      const char* priv = ::mkdtemp(tmpl);
+      warn_disk_once(fmt::format(
+          "kernel cache folder '{}' is not trusted: {}. Kernels loaded from it run as your code, so it is not "
+          "used; this process caches in {} instead. Fix: chmod go-w '{}' (it must be yours), or set "
+          "TESSEL_CACHE_DIR to a folder only you can write.",
+          dir_.string(), why, priv ? priv : "memory only", dir_.string()));
+      if (!priv) return;
+      dir_ = priv;
+    }
     disk_ok_ = true;
     sweep_stale_temp_files(dir_);  // entries whose writers were killed mid-write
   });
   return disk_ok_;
+}
+
+std::string KernelCache::untrusted_reason(const std::filesystem::path& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return fmt::format("stat failed ({})", std::strerror(errno));
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me && st.st_uid != 0)
+    return fmt::format("it is owned by uid {}, not by you (uid {})", st.st_uid, me);
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return fmt::format("it is writable by {} (mode {:o})", (st.st_mode & S_IWOTH) ? "everyone" : "its group",
+                       st.st_mode & 07777);
+  return {};
 }
 
 KernelCache::BytesPtr KernelCache::read_disk(const KernelKey& key) {
@@ -310,6 +336,8 @@ KernelCache::BytesPtr KernelCache::read_disk(const KernelKey& key) {
   };
 
   if (!S_ISREG(st.st_mode)) return drop("not a regular file");
+  if ((st.st_uid != ::geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return drop("owned by another user or writable by others");  // written by someone else: never loaded
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (size < kHeaderSize) return drop("truncated header");
 
@@ -421,10 +449,9 @@ void KernelCache::note_miss(const KernelKey& key) {
 }
 
 void KernelCache::note_compile(const KernelKey& key, double ms, std::size_t bytes) {
+  // The backend that asked logs the compile (TESSEL_TRACE=jit: one line per kernel).
+  (void)key, (void)ms, (void)bytes;
   compiles_.fetch_add(1, std::memory_order_relaxed);
-  if (detail::trace_enabled("jit"))
-    detail::trace_line("jit",
-                       fmt::format("compiled {} in {:.2f} ms ({} bytes)", key.to_hex(), ms, bytes));
 }
 
 KernelCacheStats KernelCache::stats() const {

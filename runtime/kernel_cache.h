@@ -236,6 +236,10 @@ class KernelCache {
   static KernelCache& global();
   /// TESSEL_CACHE_DIR, else $HOME/.cache/tessel; empty when neither is set.
   static std::filesystem::path default_dir();
+  /// Why `dir` cannot be trusted with kernels (owned by another user, or
+  /// writable by its group or everyone); empty when it can. Such a folder is
+  /// not used: the cache moves to a private temp folder with a warning.
+  static std::string untrusted_reason(const std::filesystem::path& dir);
 
   /// The payload for key from memory or disk; nullopt on a miss (including a
   /// disk entry that failed a check, which is removed).

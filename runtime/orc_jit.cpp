@@ -612,16 +612,6 @@ JitKernel OrcJit::Impl::obtain(const KernelKey& key, std::string_view symbol,
         delta.objects_linked = 1;
         delta.link_ms_total = out.load_ms;
         add_stats(delta);
-        if (detail::trace_enabled("jit"))
-          detail::trace_line(
-              "jit", fmt::format("kernel {} '{}': {}{} linked in {:.3f} ms", hex, out.symbol,
-                                 origin == CacheOrigin::compiled ? "compiled"
-                                 : origin == CacheOrigin::disk   ? "disk cache"
-                                                                 : "memory cache",
-                                 origin == CacheOrigin::compiled
-                                     ? fmt::format(" in {:.2f} ms,", out.compile_ms)
-                                     : std::string(","),
-                                 out.load_ms));
         return out;
       },
       &ran);

@@ -143,15 +143,23 @@ int cmd_diff(const std::string& pa, const std::string& pb) {
   std::set<std::string> names;
   for (const auto& t : a.entries()) names.insert(t.name);
   for (const auto& t : b.entries()) names.insert(t.name);
-  int differ = 0;
+  // Counted apart: a tensor in one file only was not compared with anything.
+  int differ = 0, both = 0, only_a = 0, only_b = 0;
   for (const std::string& name : names) {
     const st::TensorView *x = a.find(name), *y = b.find(name);
     std::string line;
     if (!y) {
-      line = "only in A";
-    } else if (!x) {
-      line = "only in B";
-    } else if (x->shape != y->shape) {
+      fmt::print("{}: only in A\n", name);
+      ++only_a;
+      continue;
+    }
+    if (!x) {
+      fmt::print("{}: only in B\n", name);
+      ++only_b;
+      continue;
+    }
+    ++both;
+    if (x->shape != y->shape) {
       line = fmt::format("shape differs: {} vs {}", shape_str(x->shape), shape_str(y->shape));
     } else {
       double d = max_abs_diff(*x, *y);
@@ -166,12 +174,11 @@ int cmd_diff(const std::string& pa, const std::string& pb) {
     ++differ;
     fmt::print("{}: {}\n", name, line);
   }
-  if (a.metadata() != b.metadata()) {
-    ++differ;
-    fmt::print("metadata differs\n");
-  }
-  fmt::print("{} tensors compared, {} differences\n", names.size(), differ);
-  return differ ? 1 : 0;
+  const bool metadata = a.metadata() != b.metadata();
+  if (metadata) fmt::print("metadata differs\n");
+  fmt::print("{} tensors in both compared, {} differ; {} only in A, {} only in B; metadata {}\n", both, differ, only_a,
+             only_b, metadata ? "differs" : "equal");
+  return differ || only_a || only_b || metadata ? 1 : 0;
 }
 
 }  // namespace

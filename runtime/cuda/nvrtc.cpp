@@ -43,11 +43,6 @@ std::string dump_source(std::string_view source, std::string_view name) {
   return path.string();
 }
 
-bool trace_jit() {
-  const char* t = std::getenv("TESSEL_TRACE");
-  return t && std::string_view(t).find("jit") != std::string_view::npos;
-}
-
 }  // namespace
 
 bool nvrtc_available() noexcept { return TESSEL_HAS_NVRTC != 0; }
@@ -182,9 +177,6 @@ CompiledKernel compile(std::string_view source, std::string_view name, const Com
       append_source_comment(out.ptx, src);
     }
     out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (trace_jit())
-      std::fprintf(stderr, "[tessel jit] nvrtc %.*s: %.1f ms (%s)\n", static_cast<int>(name.size()), name.data(),
-                   out.compile_ms, flags.front().c_str());
     return out;
   }
 }

@@ -126,11 +126,18 @@ TEST_CASE("tessel-ckpt diff reports per-tensor max abs difference, in double, fo
   CHECK_THAT(r.out, Catch::Contains("cast: dtype differs: F32 vs F16, max abs diff 0.5\n"));
   CHECK_THAT(r.out, Catch::Contains("only_a: only in A\n"));
   CHECK_THAT(r.out, Catch::Contains("only_b: only in B\n"));
-  CHECK_THAT(r.out, Catch::Contains("10 tensors compared, 9 differences"));
+  CHECK_THAT(r.out, Catch::Contains("8 tensors in both compared, 7 differ; 1 only in A, 1 only in B; metadata equal"));
 
   Run same = tool("diff " + q(dir.path / "a.safetensors") + " " + q(dir.path / "a.safetensors"));
   CHECK(same.code == 0);
-  CHECK_THAT(same.out, Catch::Contains("0 differences"));
+  CHECK_THAT(same.out, Catch::Contains("9 tensors in both compared, 0 differ; 0 only in A, 0 only in B; metadata equal"));
+
+  // No common keys: nothing was compared, and the counts say so.
+  std::vector<Owned> c = {{"x", DType::f32, {1}, zeros(4)}, {"y", DType::f32, {1}, zeros(4)}};
+  st::write_file(dir.path / "c.safetensors", views(c), {});
+  Run disjoint = tool("diff " + q(dir.path / "a.safetensors") + " " + q(dir.path / "c.safetensors"));
+  CHECK(disjoint.code == 1);
+  CHECK_THAT(disjoint.out, Catch::Contains("0 tensors in both compared, 0 differ; 9 only in A, 2 only in B; metadata equal"));
 
   write_all(dir.path / "bad.safetensors", zeros(3));
   Run bad = tool("diff " + q(dir.path / "a.safetensors") + " " + q(dir.path / "bad.safetensors"));

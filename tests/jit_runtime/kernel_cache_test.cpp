@@ -455,3 +455,27 @@ TEST_CASE("4 processes sharing one folder never see a half-written entry", "[jit
     CHECK(*got == payload);
   }
 }
+
+TEST_CASE("a cache folder others can write is refused for a private one; such entries are never loaded", "[jit][cache]") {
+  TempDir d;
+  auto payload = payload_of(64, 11);
+  const std::filesystem::path entry = publish(d, payload);
+  // An entry someone else could have written (group/other-writable) is dropped, not loaded.
+  std::filesystem::permissions(entry, std::filesystem::perms::group_write | std::filesystem::perms::others_write,
+                               std::filesystem::perm_options::add);
+  expect_dropped(d, entry);
+  // A folder writable by everyone: the cache moves to a private temp folder and says why.
+  std::filesystem::permissions(d.path, std::filesystem::perms::others_write, std::filesystem::perm_options::add);
+  CHECK_THAT(KernelCache::untrusted_reason(d.path), Catch::StartsWith("it is writable by everyone (mode "));
+  KernelCache c(in(d));
+  REQUIRE(c.disk_enabled());
+  CHECK(c.dir() != d.path);
+  CHECK(c.dir().string().rfind("/tmp/tessel-private-cache-", 0) == 0);
+  CHECK(KernelCache::untrusted_reason(c.dir()).empty());
+  c.put(kKey, payload);
+  CHECK(std::filesystem::exists(c.entry_path(kKey)));
+  CHECK_FALSE(std::filesystem::exists(d.path / c.entry_path(kKey).filename()));
+  std::filesystem::remove_all(c.dir());
+  std::filesystem::permissions(d.path, std::filesystem::perms::others_write, std::filesystem::perm_options::remove);
+  CHECK(KernelCache::untrusted_reason(d.path).empty());
+}
