@@ -13,6 +13,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dsl/tessel.h"
@@ -336,43 +337,10 @@ TEST_CASE("compiled kernels are kept in the cache directory", "[emulated-gpu]") 
   CHECK(objects >= 1);
 }
 
-TEST_CASE("host code that reads device memory dies with the emulator's message", "[emulated-gpu]") {
-  for (int device : {0, 1}) {
-    const CUdeviceptr p = mem_alloc(device, 4096) + 128;
-    const std::string expect = fmt::format(
-        "tessel emulated GPU: host access to device memory at {:#x} (cuda:{}) outside a kernel or copy\n", p, device);
-    int err[2];
-    REQUIRE(pipe(err) == 0);
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      dup2(err[1], 2);
-      close(err[0]);
-      volatile float v = *reinterpret_cast<volatile float*>(p);  // what tessel must never do
-      (void)v;
-      _exit(0);
-    }
-    close(err[1]);
-    std::string text;
-    char buf[512];
-    for (ssize_t n; (n = read(err[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
-    close(err[0]);
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    REQUIRE(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 86);
-    CHECK(text == expect);
-    mem_free(p - 128);
-  }
-}
-
-TEST_CASE("a host read of a device tensor's memory through tessel's internals is reported, not read", "[emulated-gpu]") {
-  // The internal hook: a tensor's buffer, whose storage on a GPU holds a
-  // device pointer. Reading it on the host is the bug the emulator exists to
-  // catch (on a real GPU it would crash).
-  tessel::Tensor g = tessel::ones({64}, tessel::gpu(1));
-  const void* p = g.buffer().storage->data();
-  CHECK(emulated_test::device_of(reinterpret_cast<CUdeviceptr>(p)) == 1);
+namespace {
+// A forked child reads one float at `p` on the host, as tessel's own code
+// must never do; returns the child's exit code (-1 unless it exited) and stderr.
+std::pair<int, std::string> host_read_in_child(const void* p) {
   int err[2];
   REQUIRE(pipe(err) == 0);
   const pid_t pid = fork();
@@ -391,8 +359,31 @@ TEST_CASE("a host read of a device tensor's memory through tessel's internals is
   close(err[0]);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 86);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+}
+}  // namespace
+
+TEST_CASE("host code that reads device memory dies with the emulator's message", "[emulated-gpu]") {
+  for (int device : {0, 1}) {
+    const CUdeviceptr p = mem_alloc(device, 4096) + 128;
+    const std::string expect = fmt::format(
+        "tessel emulated GPU: host access to device memory at {:#x} (cuda:{}) outside a kernel or copy\n", p, device);
+    auto [code, text] = host_read_in_child(reinterpret_cast<const void*>(p));
+    CHECK(code == 86);
+    CHECK(text == expect);
+    mem_free(p - 128);
+  }
+}
+
+TEST_CASE("a host read of a device tensor's memory through tessel's internals is reported, not read", "[emulated-gpu]") {
+  // The internal hook: a tensor's buffer, whose storage on a GPU holds a
+  // device pointer. Reading it on the host is the bug the emulator exists to
+  // catch (on a real GPU it would crash).
+  tessel::Tensor g = tessel::ones({64}, tessel::gpu(1));
+  const void* p = g.buffer().storage->data();
+  CHECK(emulated_test::device_of(reinterpret_cast<CUdeviceptr>(p)) == 1);
+  auto [code, text] = host_read_in_child(p);
+  CHECK(code == 86);
   CHECK(text == fmt::format("tessel emulated GPU: host access to device memory at {} (cuda:1) outside a kernel or copy\n",
                             p));
   // Through the API the same values arrive on the host by a copy.
