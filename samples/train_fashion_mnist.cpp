@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   save(net->state_dict(), ckpt);
   auto fresh = make_mlp();  // lazy layers: shapes come from the checkpoint
   fresh->load_state_dict(load_dict(ckpt));
+  fresh->to(trainer.device());  // the checkpoint loads on the host; evaluate where training ran
   auto loss = [](const Tensor& a, const Tensor& b) { return cross_entropy(a, b); };
   auto [test_loss, test_acc] = trainer.evaluate(*fresh, test_loader, loss);
   fmt::print("reloaded from {}: test_loss={:.4f} test_accuracy={:.4f} (trained model: {:.4f})\n", ckpt.string(),
