@@ -78,8 +78,10 @@ Tensor empty(const Shape& s, DType t, Device d) {
   return from_buffer(std::move(v), t, s, d);
 }
 
-Tensor full(const Shape& s, const Scalar& v, DType t, Device d) {
-  check_shape("full", s);
+namespace {
+// full() named after the factory the user called, so a bad shape says "zeros: ...".
+Tensor full_as(const char* what, const Shape& s, const Scalar& v, DType t, Device d) {
+  check_shape(what, s);
   if (v.v.is_int && is_integral(t)) {
     // Through a double, int64 values above 2^53 would lose their low bits.
     if (!d.is_cpu()) check_device_exists(d);
@@ -90,14 +92,11 @@ Tensor full(const Shape& s, const Scalar& v, DType t, Device d) {
   double x = v.v.as_double();
   return fill_host(s, t, d, [x](int64_t) { return x; });
 }
-Tensor zeros(const Shape& s, DType t, Device d) {
-  check_shape("zeros", s);
-  return full(s, 0.0, t, d);
-}
-Tensor ones(const Shape& s, DType t, Device d) {
-  check_shape("ones", s);
-  return full(s, 1.0, t, d);
-}
+}  // namespace
+
+Tensor full(const Shape& s, const Scalar& v, DType t, Device d) { return full_as("full", s, v, t, d); }
+Tensor zeros(const Shape& s, DType t, Device d) { return full_as("zeros", s, 0.0, t, d); }
+Tensor ones(const Shape& s, DType t, Device d) { return full_as("ones", s, 1.0, t, d); }
 Tensor zeros(const Shape& s, Device d) { return zeros(s, DType::f32, d); }
 Tensor ones(const Shape& s, Device d) { return ones(s, DType::f32, d); }
 

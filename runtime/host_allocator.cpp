@@ -87,30 +87,28 @@ void* host_allocate(size_t nbytes) {
       return p;
     }
   }
+  // Not served: the counts taken above are given back before the error.
+  auto fail = [&] {
+    {
+      std::lock_guard lock(P.mu);
+      --P.stats.allocations;
+      P.stats.live_bytes -= cls;
+    }
+    throw_host_oom(nbytes);
+  };
   // More than the machine has at all: refuse before the OS is asked (with
   // overcommit it may say yes, and the first touch would bring the OOM killer).
   if (cls >= kHuge) {
     const size_t total = meminfo("MemTotal") + meminfo("SwapTotal");
-    if (total > 0 && cls > total) {
-      {
-        std::lock_guard lock(P.mu);
-        --P.stats.allocations;
-        P.stats.live_bytes -= cls;
-      }
-      throw_host_oom(nbytes);
-    }
+    if (total > 0 && cls > total) fail();
   }
   if (void* p = fresh_block(cls)) return p;
   // As on GPUs: give the cache back to the OS and try once more, then say
   // what was asked for and what there is (never a bare std::bad_alloc).
   host_empty_cache();
   if (void* p = fresh_block(cls)) return p;
-  {
-    std::lock_guard lock(P.mu);
-    --P.stats.allocations;
-    P.stats.live_bytes -= cls;
-  }
-  throw_host_oom(nbytes);
+  fail();
+  return nullptr;  // not reached: fail() throws
 }
 
 void host_free(void* p, size_t nbytes) {

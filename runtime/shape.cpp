@@ -11,20 +11,19 @@ std::string Shape::str() const { return fmt::format("[{}]", fmt::join(dims, ", "
 
 int64_t checked_numel(const char* what, const Shape& s, int64_t elem_size) {
   int64_t n = 1;
-  bool overflow = false;
+  bool overflow = false, empty = false;
   for (int64_t d : s.dims) {
     if (d < 0) throw ShapeError(fmt::format("{}: negative dimension {} in shape {}", what, d, s.str()));
+    empty = empty || d == 0;
     overflow = overflow || __builtin_mul_overflow(n, d, &n);
   }
+  if (empty) return 0;  // a zero dimension makes the count 0 however large the others are
   int64_t bytes = 0;
-  // A zero dimension makes the product 0 however the others overflowed; such a tensor is fine.
-  bool empty = false;
-  for (int64_t d : s.dims) empty = empty || d == 0;
-  if (!empty && (overflow || __builtin_mul_overflow(n, elem_size, &bytes)))
+  if (overflow || __builtin_mul_overflow(n, elem_size, &bytes))
     throw ShapeError(fmt::format("{}: shape {} has more elements than fit in memory (its element count or byte size "
                                  "overflows a 64-bit integer)",
                                  what, s.str()));
-  return empty ? 0 : n;
+  return n;
 }
 
 Strides contiguous_strides(const Shape& s) {
