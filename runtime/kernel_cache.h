@@ -160,6 +160,25 @@ class CompileOnce {
     }
   }
 
+  /// Removes the finished values and returns them; computations in flight
+  /// stay (they finish for their waiters and are kept).
+  std::vector<Ptr> take_finished() {
+    std::vector<Ptr> out;
+    std::lock_guard lock(mu_);
+    for (auto it = map_.begin(); it != map_.end();) {
+      if (it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        ++it;
+        continue;
+      }
+      try {
+        out.push_back(it->second.get());
+      } catch (...) {  // a failed computation holds nothing
+      }
+      it = map_.erase(it);
+    }
+    return out;
+  }
+
   std::size_t size() const {
     std::lock_guard lock(mu_);
     return map_.size();

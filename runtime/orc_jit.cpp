@@ -426,6 +426,28 @@ OrcJitStats OrcJit::process_stats() {
   return g_process_stats;
 }
 
+std::size_t OrcJit::linked_kernels() const { return impl_->loaded.size(); }
+
+namespace {
+// Unlinked kernels' JITDylibs: removing them from the session releases their
+// code and data memory.
+struct UnlinkedCode {
+  llvm::orc::ExecutionSession* session = nullptr;
+  std::vector<std::shared_ptr<const Loaded>> kernels;
+  ~UnlinkedCode() {
+    for (const auto& k : kernels)
+      if (k->dylib) llvm::consumeError(session->removeJITDylib(*k->dylib));
+  }
+};
+}  // namespace
+
+std::shared_ptr<void> OrcJit::unlink_all() {
+  auto out = std::make_shared<UnlinkedCode>();
+  out->session = &impl_->jit->getExecutionSession();
+  out->kernels = impl_->loaded.take_finished();
+  return out;
+}
+
 std::vector<char> OrcJit::compile_object(llvm::Module& module) {
   return impl_->compile_object(module);
 }

@@ -130,6 +130,20 @@ class OrcJit {
                        std::unique_ptr<llvm::LLVMContext> context,
                        std::unique_ptr<llvm::Module> module);
 
+  /// Kernels linked into this JIT and not unlinked since.
+  std::size_t linked_kernels() const;
+
+  /// Takes every linked kernel out of the JIT (compiles in flight stay) and
+  /// returns the owner of their code: the code stays mapped until the handle's
+  /// last copy is gone, then its memory is released. Later calls for the same
+  /// keys link the objects again from the kernel cache. The caller must make
+  /// sure no function pointer from before is called after the handle dies.
+  ///
+  ///   std::shared_ptr<void> old = jit.unlink_all();
+  ///   // ... wait until no thread runs old kernels ...
+  ///   old.reset();   // code memory freed
+  std::shared_ptr<void> unlink_all();
+
   /// Optimizes `module` in place and returns its object file, without
   /// touching the cache or the JIT (for ahead-of-time tools and tests).
   std::vector<char> compile_object(llvm::Module& module);

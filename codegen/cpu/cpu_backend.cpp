@@ -30,6 +30,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include "codegen/cpu/jit_code_lifetime.h"
 #include "codegen/cpu/llvm_emitter.h"
 #include "runtime/orc_jit.h"
 #endif
@@ -40,10 +41,11 @@ namespace {
 // Relaxed atomics: a cached launch bumps counters without taking a lock.
 struct AtomicStats {
   std::atomic<std::uint64_t> realizations{0}, kernels_launched{0}, kernels_compiled{0}, kernels_from_disk{0},
-      matmuls{0}, matmul_epilogues{0}, fallbacks{0}, views{0};
+      matmuls{0}, matmul_epilogues{0}, fallbacks{0}, views{0}, code_drops{0};
   std::atomic<double> compile_ms{0};
 };
 AtomicStats g_stats;
+std::uint64_t jit_kernels_linked();  // 0 without LLVM
 }  // namespace
 
 CpuJitStats cpu_jit_stats() {
@@ -56,6 +58,8 @@ CpuJitStats cpu_jit_stats() {
   s.matmuls = g_stats.matmuls.load(r);
   s.matmul_epilogues = g_stats.matmul_epilogues.load(r);
   s.fallbacks = g_stats.fallbacks.load(r);
+  s.code_drops = g_stats.code_drops.load(r);
+  s.kernels_linked = jit_kernels_linked();
   s.views = g_stats.views.load(r);
   s.compile_ms = g_stats.compile_ms.load(r);
   return s;
@@ -64,13 +68,16 @@ void reset_cpu_jit_stats() {
   constexpr auto r = std::memory_order_relaxed;
   for (auto* c : {&g_stats.realizations, &g_stats.kernels_launched, &g_stats.kernels_compiled,
                   &g_stats.kernels_from_disk, &g_stats.matmuls, &g_stats.matmul_epilogues, &g_stats.fallbacks,
-                  &g_stats.views})
+                  &g_stats.views, &g_stats.code_drops})
     c->store(0, r);
   g_stats.compile_ms.store(0, r);
 }
 
 #if !TESSEL_HAS_LLVM
 Backend* cpu_jit_backend() { return nullptr; }
+namespace {
+std::uint64_t jit_kernels_linked() { return 0; }
+}  // namespace
 #else
 
 namespace {
@@ -110,14 +117,81 @@ struct KernelTable {
 };
 // One table per emitter variant: plain, streaming, then writing over load param p.
 constexpr int kMaxAliasParam = 61;
+constexpr int kNumTables = 2 + kMaxAliasParam + 1;
+KernelTable* tables() {
+  static KernelTable t[kNumTables];
+  return t;
+}
 KernelTable& table(const cpujit::EmitOptions& o) {
-  static KernelTable t[2 + kMaxAliasParam + 1];
   TESSEL_ASSERT("cpu launch", o.output_alias_param <= kMaxAliasParam && !(o.streaming && o.output_alias_param >= 0));
-  return t[o.output_alias_param >= 0 ? 2 + o.output_alias_param : o.streaming ? 1 : 0];
+  return tables()[o.output_alias_param >= 0 ? 2 + o.output_alias_param : o.streaming ? 1 : 0];
+}
+
+// No vector math library: its results differ from libm's in the last bit,
+// and compiled results must equal the ref interpreter's exactly.
+OrcJit& cpu_jit() {
+  static OrcJit jit([] {
+    OrcJitOptions o;
+    o.vector_math = VectorMath::none;
+    return o;
+  }());
+  return jit;
+}
+
+std::uint64_t jit_kernels_linked() { return cpu_jit().linked_kernels(); }
+
+// Each linked kernel holds pages of code and data (~48 KB resident, and
+// memory maps, of which a process gets ~65,000): past this many, every
+// kernel's code is dropped at once and the kernels in use are linked again
+// from the kernel cache (TESSEL_JIT_MAX_KERNELS; 0: no bound).
+std::size_t max_linked_kernels() {
+  static const std::size_t n = [] {
+    const char* e = std::getenv("TESSEL_JIT_MAX_KERNELS");
+    if (!e || !*e) return std::size_t{4096};
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(e, &end, 10);
+    if (*end != '\0') throw ValueError(fmt::format("TESSEL_JIT_MAX_KERNELS='{}' is not a number of kernels; "
+                                                    "set it to a count such as 4096, or 0 for no bound", e));
+    return static_cast<std::size_t>(v);
+  }();
+  return n;
+}
+
+struct PlanCache;
+PlanCache& plan_cache();
+void drop_plans(cpujit::Garbage& g);
+
+// A new code generation (jit_code_lifetime.h): unlinks every kernel and
+// forgets every pointer into them, tables and plans alike.
+void drop_jit_code() {
+  static std::mutex one_at_a_time;
+  std::lock_guard lock(one_at_a_time);
+  OrcJit& jit = cpu_jit();
+  const std::size_t linked = jit.linked_kernels();
+  if (linked < max_linked_kernels()) return;  // another thread just did
+  cpujit::new_code_generation([&](cpujit::Garbage& g) {
+    g.push_back(jit.unlink_all());
+    for (int i = 0; i < kNumTables; ++i) {
+      std::lock_guard l(tables()[i].mu);
+      tables()[i].fns.clear();
+    }
+    drop_plans(g);
+  });
+  // The objects themselves stay on disk, where relinking reads them.
+  if (jit.cache().disk_enabled()) {
+    jit.cache().flush();
+    jit.cache().clear_memory();
+  }
+  bump(&AtomicStats::code_drops);
+  if (detail::trace_enabled("jit"))
+    detail::trace_line("jit", fmt::format("dropped the code of {} linked kernels (TESSEL_JIT_MAX_KERNELS={}); "
+                                          "kernels still in use are linked again from the cache",
+                                          linked, max_linked_kernels()));
 }
 
 // pass emit_llvm (+ compile through the kernel cache), in the variant `options`
 // asks for (llvm_emitter.h: streaming stores, an epilogue over its product).
+// The caller is inside a CodeInUse.
 cpujit::KernelFn* compiled(const kir::Kernel& k, const cpujit::EmitOptions& options = {}) {
   KernelTable& T = table(options);
   {
@@ -125,26 +199,26 @@ cpujit::KernelFn* compiled(const kir::Kernel& k, const cpujit::EmitOptions& opti
     if (auto it = T.fns.find(k); it != T.fns.end()) return it->second;
   }
   std::string text = k.text();
+  auto remember = [&](std::uint64_t gen, cpujit::KernelFn* fn) {
+    cpujit::insert_if_current(gen, [&] {
+      std::lock_guard<std::mutex> l(T.mu);
+      T.fns.emplace(k, fn);
+    });
+    return fn;
+  };
   // Kernels linked in ahead of time (codegen/aot) come first; with TESSEL_JIT=off nothing else may.
   // (Their plain variant serves streaming launches; epilogues do not write over
   // their product while ahead-of-time kernels are linked in.)
   if (const precompiled::Entry* pk = options.output_alias_param < 0 ? precompiled::find(text) : nullptr;
       pk && pk->cpu_fn) {
     precompiled::note_hit(false);
-    auto* fn = reinterpret_cast<cpujit::KernelFn*>(pk->cpu_fn);
-    std::lock_guard<std::mutex> l(T.mu);
-    T.fns.emplace(k, fn);
-    return fn;
+    return remember(cpujit::code_generation(), reinterpret_cast<cpujit::KernelFn*>(pk->cpu_fn));
   }
   if (precompiled::size() > 0) precompiled::note_miss();
   if (precompiled::jit_disabled()) precompiled::throw_jit_disabled("cpu", text);
-  // No vector math library: its results differ from libm's in the last bit,
-  // and compiled results must equal the ref interpreter's exactly.
-  static OrcJit jit([] {
-    OrcJitOptions o;
-    o.vector_math = VectorMath::none;
-    return o;
-  }());
+  OrcJit& jit = cpu_jit();
+  if (max_linked_kernels() > 0 && jit.linked_kernels() >= max_linked_kernels()) drop_jit_code();
+  const std::uint64_t gen = cpujit::code_generation();
   KernelKey key = jit.make_key(text, cpujit::kEmitterVersion + cpujit::variant_key(options));
   std::string symbol = "tessel_k_" + key.to_hex();
   JitKernel jk =
@@ -166,10 +240,7 @@ cpujit::KernelFn* compiled(const kir::Kernel& k, const cpujit::EmitOptions& opti
                                           : jk.origin == CacheOrigin::disk   ? "from disk cache"
                                                                              : "in memory",
                                           jk.compile_ms, jk.load_ms));
-  auto* fn = jk.as<cpujit::KernelFn>();
-  std::lock_guard<std::mutex> l(T.mu);
-  T.fns.emplace(k, fn);
-  return fn;
+  return remember(gen, jk.as<cpujit::KernelFn>());
 }
 
 // pass launch: rows [r0, r1) of a kernel over `bufs`.
@@ -253,6 +324,7 @@ int64_t epilogue_band_bytes() {
 // storages it read and wrote.
 struct Recorded {
   cpujit::KernelFn* fn;
+  cpujit::EmitOptions variant;
   const Node* node;  // null for copies
   lower::Lowered l;
 };
@@ -285,11 +357,12 @@ class CpuExecutor final : public exec::StepExecutor {
   bool epilogue_over_product() const override { return precompiled::size() == 0 && !precompiled::jit_disabled(); }
 
   void launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
-    cpujit::KernelFn* fn = compiled(l.kernel, {.streaming = cpujit::wants_streaming(l.kernel, l.args.data(), l.rows)});
+    const cpujit::EmitOptions variant{.streaming = cpujit::wants_streaming(l.kernel, l.args.data(), l.rows)};
+    cpujit::KernelFn* fn = compiled(l.kernel, variant);
     run_lowered(l, fn);
     bump(&AtomicStats::kernels_launched);
     if (record) {
-      if (node && (role == exec::Role::elementwise || role == exec::Role::reduce)) record->push_back({fn, node, l});
+      if (node && (role == exec::Role::elementwise || role == exec::Role::reduce)) record->push_back({fn, variant, node, l});
       else plannable = false;
     }
   }
@@ -371,7 +444,8 @@ constexpr size_t kMaxPlans = 4096;    // beyond this, new forms are not planned
 
 
 struct PlanStep {
-  cpujit::KernelFn* fn = nullptr;
+  cpujit::KernelFn* fn = nullptr;                       // from the plan's code generation
+  cpujit::EmitOptions variant;                          // to find fn again in a later one
   kir::Kernel kernel;                                   // for the launch shape (rank, slots)
   std::vector<int64_t> args;                            // as recorded
   std::vector<std::pair<uint32_t, uint32_t>> consts;    // (argument index, node with that constant's value)
@@ -387,13 +461,21 @@ struct Plan {
   std::vector<std::tuple<uint32_t, uint32_t, Strides>> sets;  // (node, step, strides): the node's buffer
 };
 
+// Plans of the current code generation; dropped with the code they call.
 struct PlanCache {
   std::mutex mu;
   std::unordered_map<uint64_t, std::unique_ptr<Plan>> plans;  // by key hash; a colliding key is not planned
 };
 PlanCache& plan_cache() {
-  static PlanCache* c = new PlanCache;  // plans hold kernels that live as long as the process
+  static PlanCache* c = new PlanCache;  // never destroyed: threads may still replay at exit
   return *c;
+}
+void drop_plans(cpujit::Garbage& g) {
+  PlanCache& C = plan_cache();
+  std::lock_guard<std::mutex> l(C.mu);
+  // Threads of the old generation may still be replaying one: freed with the code.
+  g.push_back(std::make_shared<decltype(C.plans)>(std::move(C.plans)));
+  C.plans.clear();
 }
 
 // The DAG below the roots in post-order (stopping at realized nodes, as the
@@ -496,6 +578,7 @@ void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>
     const lower::Lowered& l = rec[s].l;
     PlanStep st;
     st.fn = rec[s].fn;
+    st.variant = rec[s].variant;
     st.kernel = l.kernel;
     st.args = l.args;
     st.rows = l.rows;
@@ -537,10 +620,12 @@ void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>
   P.replayable = true;
 }
 
-// Runs recorded steps: `leaf_data(b)` is the memory of buffer source b >= 0,
-// `patch(step, args)` may rewrite launch arguments; the steps' outputs land in `outs`.
+// Runs recorded steps with kernels `fns` (null: each step's own fn):
+// `leaf_data(b)` is the memory of buffer source b >= 0, `patch(step, args)`
+// may rewrite launch arguments; the steps' outputs land in `outs`.
 template <class LeafData, class Patch>
-void run_steps(const std::vector<PlanStep>& steps, std::shared_ptr<Storage>* outs, LeafData&& leaf_data, Patch&& patch) {
+void run_steps(const std::vector<PlanStep>& steps, cpujit::KernelFn* const* fns, std::shared_ptr<Storage>* outs,
+               LeafData&& leaf_data, Patch&& patch) {
   for (size_t s = 0; s < steps.size(); ++s) {
     const PlanStep& st = steps[s];
     outs[s] = Storage::allocate(st.nbytes);
@@ -558,7 +643,7 @@ void run_steps(const std::vector<PlanStep>& steps, std::shared_ptr<Storage>* out
     }
     std::copy(st.args.begin(), st.args.end(), args);
     patch(st, args);
-    launch_kernel(st.fn, bufs.ptrs, args, st.args.size(), st.kernel, st.rows);
+    launch_kernel(fns ? fns[s] : st.fn, bufs.ptrs, args, st.args.size(), st.kernel, st.rows);
     bump(&AtomicStats::kernels_launched);
   }
 }
@@ -580,7 +665,7 @@ struct StepOutputs {
 void replay(const Plan& P, const std::vector<Node*>& order) {
   StepOutputs outs(P.steps.size());
   run_steps(
-      P.steps, outs.data, [&](int32_t b) { return order[static_cast<size_t>(b)]->buffer->storage->data(); },
+      P.steps, nullptr, outs.data, [&](int32_t b) { return order[static_cast<size_t>(b)]->buffer->storage->data(); },
       [&](const PlanStep& st, int64_t* args) {
         for (auto [pos, node] : st.consts) args[pos] = lower::constant_bits(*order[node]);
       });
@@ -594,20 +679,57 @@ void replay(const Plan& P, const std::vector<Node*>& order) {
 
 // A plan over a caller's leaves: buffer sources >= 0 index the caller's leaf
 // list, and the recorded constants stand (the caller's key holds their values).
+// Expression caches keep it for the life of the program, across code
+// generations: its kernels are looked up again when the generation changes.
 class CpuLeafReplay final : public LeafReplay {
  public:
   std::vector<PlanStep> steps;
   uint32_t out_step = 0;
   Strides out_strides;
 
+  // `gen`: the code generation the steps' fns belong to.
+  explicit CpuLeafReplay(std::uint64_t gen) : resolved_(new Resolved{gen, {}}) {}
+  ~CpuLeafReplay() override { delete resolved_.load(std::memory_order_relaxed); }
+
+  // Call once `steps` is final.
+  void take_fns() {
+    for (const PlanStep& st : steps) resolved_.load(std::memory_order_relaxed)->fns.push_back(st.fn);
+  }
+
   ir::BufferView run(const ir::BufferView* const* leaves) const override {
+    cpujit::CodeInUse in_use;
+    const Resolved* r = resolved_.load(std::memory_order_acquire);
+    if (r->gen != cpujit::code_generation()) r = resolve();
     StepOutputs outs(steps.size());
     run_steps(
-        steps, outs.data, [&](int32_t b) { return leaves[b]->storage->data(); }, [](const PlanStep&, int64_t*) {});
+        steps, r->fns.data(), outs.data, [&](int32_t b) { return leaves[b]->storage->data(); },
+        [](const PlanStep&, int64_t*) {});
     BufferView v;
     v.storage = std::move(outs.data[out_step]);
     v.strides = out_strides;
     return v;
+  }
+
+ private:
+  struct Resolved {
+    std::uint64_t gen;
+    std::vector<cpujit::KernelFn*> fns;  // per step
+  };
+  mutable std::atomic<Resolved*> resolved_;
+  mutable std::mutex mu_;
+
+  // The steps' kernels in the current generation. Other threads may still
+  // read the old array: it is freed once they are done.
+  const Resolved* resolve() const {
+    std::lock_guard<std::mutex> l(mu_);
+    Resolved* cur = resolved_.load(std::memory_order_relaxed);
+    const std::uint64_t gen = cpujit::code_generation();
+    if (cur->gen == gen) return cur;
+    auto next = std::make_unique<Resolved>(Resolved{gen, {}});
+    for (const PlanStep& st : steps) next->fns.push_back(compiled(st.kernel, st.variant));
+    resolved_.store(next.get(), std::memory_order_release);
+    cpujit::free_when_unused(std::shared_ptr<Resolved>(cur));
+    return next.release();
   }
 };
 
@@ -617,6 +739,8 @@ class CpuBackend final : public Backend {
 
   void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override {
     bump(&AtomicStats::realizations);
+    cpujit::CodeInUse in_use;
+    const std::uint64_t gen = cpujit::code_generation();
     // Traces and dumps describe every schedule: those runs take the general path.
     const bool planning = !dump_at_start() && !detail::trace_enabled("jit");
     thread_local Walk walk;
@@ -624,11 +748,16 @@ class CpuBackend final : public Backend {
     bool keyed = planning && walk.build(roots, keep_grad_values);
     if (keyed) {
       hash = XXH3_64bits(walk.key.data(), walk.key.size() * sizeof(int64_t));
-      // Plans are never dropped, so each thread remembers its last few
-      // without the cache's lock.
-      thread_local std::pair<uint64_t, const Plan*> recent[4] = {};
-      auto& slot = recent[hash & 3];
-      const Plan* hit = slot.first == hash ? slot.second : nullptr;
+      // Each thread remembers its last few plans without the cache's lock;
+      // plans of an older code generation are no longer in the cache.
+      struct Recent {
+        uint64_t hash = 0;
+        uint64_t gen = 0;
+        const Plan* plan = nullptr;
+      };
+      thread_local Recent recent[4] = {};
+      Recent& slot = recent[hash & 3];
+      const Plan* hit = slot.hash == hash && slot.gen == gen ? slot.plan : nullptr;
       if (!hit) {
         PlanCache& C = plan_cache();
         std::lock_guard<std::mutex> l(C.mu);
@@ -639,7 +768,7 @@ class CpuBackend final : public Backend {
         hit = nullptr;
         keyed = false;  // a hash collision: this form is not planned
       }
-      if (hit) slot = {hash, hit};
+      if (hit) slot = {hash, gen, hit};
       if (hit && hit->replayable) {
         replay(*hit, walk.order);
         return;
@@ -674,12 +803,17 @@ class CpuBackend final : public Backend {
     auto plan = std::make_unique<Plan>();
     plan->key = std::move(key);
     if (kernels_only && ex.plannable) make_plan(*plan, order, was_realized, rec);
-    PlanCache& C = plan_cache();
-    std::lock_guard<std::mutex> l(C.mu);
-    if (C.plans.size() < kMaxPlans) C.plans.emplace(hash, std::move(plan));
+    // Not if the code was dropped meanwhile: the plan would call old kernels.
+    cpujit::insert_if_current(gen, [&] {
+      PlanCache& C = plan_cache();
+      std::lock_guard<std::mutex> l(C.mu);
+      if (C.plans.size() < kMaxPlans) C.plans.emplace(hash, std::move(plan));
+    });
   }
 
   std::unique_ptr<LeafReplay> realize_recorded(const ir::NodePtr& root, const std::vector<ir::NodePtr>& leaves) override {
+    cpujit::CodeInUse in_use;
+    const std::uint64_t gen = cpujit::code_generation();  // the found plan's, or older (then run() looks again)
     Walk w;  // its own: realize() reuses the thread's
     const bool keyed = !dump_at_start() && !detail::trace_enabled("jit") && w.build({root}, false);
     realize({root}, false);
@@ -695,7 +829,7 @@ class CpuBackend final : public Backend {
     if (!P || P->key != w.key || !P->replayable || P->sets.size() != 1) return nullptr;
     const auto& [node, step, strides] = P->sets[0];
     if (static_cast<int>(node) != w.index_of(root.get())) return nullptr;
-    auto r = std::make_unique<CpuLeafReplay>();
+    auto r = std::make_unique<CpuLeafReplay>(gen);
     r->out_step = step;
     r->out_strides = strides;
     for (const PlanStep& st : P->steps) {
@@ -713,6 +847,7 @@ class CpuBackend final : public Backend {
       c.consts.clear();
       r->steps.push_back(std::move(c));
     }
+    r->take_fns();
     return r;
   }
 };

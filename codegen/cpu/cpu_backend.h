@@ -19,6 +19,8 @@ struct CpuJitStats {
   std::uint64_t fallbacks = 0;         // nodes left to the ref interpreter
   std::uint64_t views = 0;
   double compile_ms = 0;               // LLVM time of kernels_compiled
+  std::uint64_t code_drops = 0;        // times every kernel's code was dropped (TESSEL_JIT_MAX_KERNELS reached)
+  std::uint64_t kernels_linked = 0;    // kernels whose code is in memory now (not reset)
 };
 CpuJitStats cpu_jit_stats();
 void reset_cpu_jit_stats();
