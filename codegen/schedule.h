@@ -57,6 +57,7 @@ struct Options {
   bool fuse = fusion_enabled_by_env();  // false: one kernel per computed node
   bool matmul_epilogues = true;  // elementwise consumers of a matmul run on its bands of rows
   bool row_programs = true;      // reductions over one row domain share a kernel with their readers
+  int max_ops = 256;             // nodes one fused kernel may compute (bounds compile time)
 };
 
 struct Schedule {

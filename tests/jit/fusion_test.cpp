@@ -141,6 +141,28 @@ TEST_CASE("scheduling: the input limit cuts a wide tree", "[jit]") {
   CHECK(has_reason);
 }
 
+TEST_CASE("scheduling: the size limit cuts a long chain into kernels of at most max_ops nodes", "[jit]") {
+  // x * c0 + c1 * ... with a new number each op: 2 nodes per op, 2,000 ops.
+  Tensor x = rand({3}, DType::f64);
+  x.eval();
+  ir::NodePtr y = x.node();
+  for (int i = 0; i < 2000; ++i)
+    y = ir::binary(i % 2 ? ir::Op::Add : ir::Op::Mul, y, ir::constant(ir::ScalarValue::of(1.0 + i * 1e-6), DType::f64, Shape{3}));
+  sched::Schedule s = sched::schedule({y});
+  CHECK(sched::Options{}.max_ops == 256);
+  // 4,000 nodes at most 256 per kernel: 16 kernels or a few more, never one.
+  CHECK(s.kernels() >= 16);
+  CHECK(s.kernels() <= 40);
+  int cuts = 0;
+  for (auto& [n, why] : s.materialized) cuts += why.find("size limit 256 nodes") != std::string::npos;
+  CHECK(cuts == s.kernels() - 1);
+  // The cut chain computes what the chain computes.
+  std::vector<double> want = vals(x);
+  for (int i = 0; i < 2000; ++i)
+    for (double& v : want) v = i % 2 ? v + (1.0 + i * 1e-6) : v * (1.0 + i * 1e-6);
+  require_close(vals(Tensor::from_node(y, cpu())), want, 1e-9, 1e-12);
+}
+
 #if TESSEL_HAS_LLVM
 
 TEST_CASE("the compiled backend is there and TESSEL_BACKEND picks it", "[jit]") {
