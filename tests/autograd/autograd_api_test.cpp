@@ -32,7 +32,7 @@ TEST_CASE("autograd: gradients accumulate across backward calls", "[autograd]") 
   CHECK(vals(x.grad()) == std::vector<double>{5, 7});
 }
 
-TEST_CASE("autograd: backward realizes the output; a second backward needs retain_graph", "[autograd]") {
+TEST_CASE("autograd: backward realizes the output and a second backward needs retain_graph", "[autograd]") {
   Tensor x = leaf({1, -2, 3}, {3});
   Tensor h = (x * x).relu();  // intermediates backward reads
   Tensor y = (h * x).sum();

@@ -29,7 +29,7 @@ pid_t dead_pid() {
 
 }  // namespace
 
-TEST_CASE("stale temp files of killed saves are swept; live and foreign files are kept") {
+TEST_CASE("stale temp files of killed saves are swept and live and foreign files are kept") {
   TempDir dir;
   const std::string me = std::to_string(::getpid()), dead = std::to_string(dead_pid());
   touch(dir.path / (".model.safetensors.tmp." + dead + ".1f"), std::chrono::seconds(60));       // dead, old: swept

@@ -129,7 +129,7 @@ TEST_CASE("transfers round-trip every dtype and non-contiguous views", "[gpu]") 
   }
 }
 
-TEST_CASE("same-device to() is the same tensor; cross-device ops name both devices", "[gpu]") {
+TEST_CASE("same-device to() is the same tensor and cross-device ops name both devices", "[gpu]") {
   SKIP_WITHOUT_GPU();
   Tensor g = ones({3}, gpu(0));
   Tensor same = g.to(gpu(0));

@@ -204,7 +204,7 @@ TEST_CASE("shuffle misuse is reported", "[emulated-cuda]") {
   CHECK_THROWS_WITH(__syncthreads(), Catch::Contains("outside an emulated kernel"));
 }
 
-TEST_CASE("vector loads and stores move aligned groups; a misaligned one is reported", "[emulated-cuda]") {
+TEST_CASE("vector loads and stores move aligned groups and a misaligned one is reported", "[emulated-cuda]") {
   alignas(16) float in[36], out[32];
   std::iota(in, in + 36, 0.0f);
   emu::launch(reverse_quads, dim3(1), dim3(8), in, out, 4);

@@ -73,7 +73,7 @@ TEST_CASE("flatten with a bad dim", "[error]") {
   REQUIRE_ERROR(ones({2, 3}).flatten(0, 2), IndexError, "flatten", "dim 2");
 }
 
-TEST_CASE("cross_entropy and one_hot with a label outside [0, C)", "[error]") {
+TEST_CASE("cross_entropy and one_hot with a label outside 0..C-1", "[error]") {
   Tensor logits = zeros({3, 4});
   REQUIRE_ERROR(cross_entropy(logits, tensor({0, 4, 1})), IndexError, "cross_entropy", "label 4 (at index 1)",
                 "outside [0, 4)", "C = 4 classes");

@@ -86,7 +86,7 @@ TEST_CASE("load_state_dict into a lazy model whose checkpoint lacks the weight",
   OrderedDict<Tensor> dict;
   dict.insert("0.bias", zeros({4}));
   REQUIRE_ERROR(lazy->load_state_dict(dict), CheckpointError, "missing keys: 0.weight",
-                "0.bias: not loaded, 0 is still lazy");
+                "0.bias: not loaded, net.0 is still lazy (the key that gives its shape is missing)");
   nn::LoadResult r = lazy->load_state_dict(dict, /*strict=*/false);
   CHECK(r.missing_keys == std::vector<std::string>{"0.weight"});
   REQUIRE(r.mismatched_keys.size() == 1);

@@ -108,7 +108,7 @@ TEST_CASE("scheduling: an elementwise chain is one kernel", "[jit]") {
   CHECK(s.steps.size() == 1);
 }
 
-TEST_CASE("scheduling: a reduction takes its producers; shared nodes are cut with a reason", "[jit]") {
+TEST_CASE("scheduling: a reduction takes its producers and shared nodes are cut with a reason", "[jit]") {
   Tensor a = rand({4, 5}), b = rand({4, 5});
   Tensor s1 = Tensor(a * b).exp().sum({1});
   sched::Schedule s = sched::schedule({s1.node()});
@@ -209,7 +209,7 @@ TEST_CASE("compiled vs ref on random trees", "[jit]") {
   }
 }
 
-TEST_CASE("relu(a*b+c)*d is one kernel; new shapes compile nothing", "[jit]") {
+TEST_CASE("relu(a*b+c)*d is one kernel and new shapes compile nothing", "[jit]") {
   Backend* jit = cpu_jit_backend();
   BackendOverride o(*jit);
   auto run = [](int64_t m, int64_t n) {

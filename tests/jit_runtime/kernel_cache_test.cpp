@@ -456,7 +456,7 @@ TEST_CASE("4 processes sharing one folder never see a half-written entry", "[jit
   }
 }
 
-TEST_CASE("a cache folder others can write is refused for a private one; such entries are never loaded", "[jit][cache]") {
+TEST_CASE("a cache folder others can write is refused for a private one and such entries are never loaded", "[jit][cache]") {
   TempDir d;
   auto payload = payload_of(64, 11);
   const std::filesystem::path entry = publish(d, payload);

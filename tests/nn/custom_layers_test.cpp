@@ -71,7 +71,7 @@ TEST_CASE("Dropout is identity in eval mode and scales in train mode", "[nn]") {
   CHECK(drop(x).to_vector<float>() == std::vector<float>(1000, 1.f));
 }
 
-TEST_CASE("Softmax rows sum to one; Flatten keeps the batch dim", "[nn]") {
+TEST_CASE("Softmax rows sum to one and Flatten keeps the batch dim", "[nn]") {
   nn::Softmax sm(1);
   auto p = sm(tensor({{1., 2., 3.}, {0., 0., 0.}})).sum({1}).to_vector<float>();
   CHECK(p[0] == Approx(1));

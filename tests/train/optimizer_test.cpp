@@ -40,7 +40,7 @@ TEST_CASE("SGD with nesterov and weight decay", "[train][sgd]") {
   CHECK(values(p)[0] == Approx(0.835f));
 }
 
-TEST_CASE("SGD skips parameters without a gradient; zero_grad clears them", "[train][sgd]") {
+TEST_CASE("SGD skips parameters without a gradient and zero_grad clears them", "[train][sgd]") {
   nn::Parameter p(tensor({1., 2.}));
   optim::SGD opt({p}, {.lr = 1});
   opt.step();
