@@ -46,45 +46,58 @@ NodePtr sign(const NodePtr& x) {
              ir::cast(bin(Op::Lt, x, scalar(0, x->dtype)), x->dtype));
 }
 
-// A realized [rows, cols] matrix of `dt` with a 1 at (i, start + i * step).
-NodePtr selection_matrix(int64_t rows, int64_t cols, int64_t start, int64_t step, DType dt) {
-  Shape s{rows, cols};
-  size_t es = dtype_size(dt);
-  ir::BufferView v;
-  v.storage = Storage::allocate(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)) * es);
-  v.strides = contiguous_strides(s);
-  auto* p = static_cast<std::byte*>(v.storage->data());
-  std::memset(p, 0, static_cast<size_t>(rows * cols) * es);
-  for (int64_t i = 0; i < rows; ++i) {
-    std::byte* q = p + (i * cols + start + i * step) * static_cast<int64_t>(es);
-    switch (dt) {
-      case DType::f32: { float one = 1; std::memcpy(q, &one, 4); break; }
-      case DType::f64: { double one = 1; std::memcpy(q, &one, 8); break; }
-      case DType::f16: { uint16_t one = f32_to_f16(1.0f); std::memcpy(q, &one, 2); break; }
-      case DType::bf16: { uint16_t one = f32_to_bf16(1.0f); std::memcpy(q, &one, 2); break; }
-      default: throw InternalError("autodiff: gradient of a slice of a non-floating tensor");
-    }
-  }
-  return ir::input(std::move(v), dt, std::move(s));
-}
-
-// The gradient of a strided window: `g` scattered back into zeros of the
-// input's shape, one axis at a time, as g (axis moved last) @ a selection matrix.
+// The gradient of a strided window: `g` put back at the window's place in
+// zeros of the input's shape. Along an axis of step s > 1, each element is
+// first followed by s - 1 zeros (a pad of a new axis, merged by a reshape);
+// then one pad per axis places the window (negative widths trim the end).
 NodePtr unslice(NodePtr g, const ir::Node& n) {
   const Shape& in = n.args[0]->shape;
-  int64_t rank = in.rank();
+  const int64_t rank = in.rank();
   for (int64_t d = 0; d < rank; ++d) {
-    int64_t start = n.axes[static_cast<size_t>(2 * d)], step = n.axes[static_cast<size_t>(2 * d + 1)];
-    int64_t len = g->shape[d], size = in[d];
-    if (len == size) continue;  // a full axis (start 0, step 1)
-    std::vector<int64_t> order(static_cast<size_t>(rank));
-    std::iota(order.begin(), order.end(), 0);
-    std::swap(order[static_cast<size_t>(d)], order.back());
-    NodePtr moved = ir::permute(g, order);
-    NodePtr spread = ir::matmul(moved, selection_matrix(len, size, start, step, g->dtype));
-    g = ir::permute(spread, order);  // a swap is its own inverse
+    const int64_t step = n.axes[static_cast<size_t>(2 * d + 1)], len = g->shape[d];
+    if (step == 1 || len == 0) continue;
+    std::vector<int64_t> spread(g->shape.dims);
+    spread.insert(spread.begin() + d + 1, 1);
+    std::vector<int64_t> before(spread.size(), 0), after(spread.size(), 0);
+    after[static_cast<size_t>(d + 1)] = step - 1;
+    NodePtr padded = ir::pad(ir::reshape(g, spread), before, after, ir::ScalarValue::of(0));
+    std::vector<int64_t> merged(g->shape.dims);
+    merged[static_cast<size_t>(d)] = len * step;
+    g = ir::reshape(padded, merged);
   }
-  return g;
+  std::vector<int64_t> before(static_cast<size_t>(rank)), after(static_cast<size_t>(rank));
+  bool moved = false;
+  for (int64_t d = 0; d < rank; ++d) {
+    before[static_cast<size_t>(d)] = n.axes[static_cast<size_t>(2 * d)];
+    after[static_cast<size_t>(d)] = in[d] - before[static_cast<size_t>(d)] - g->shape[d];
+    moved = moved || before[static_cast<size_t>(d)] != 0 || after[static_cast<size_t>(d)] != 0;
+  }
+  return moved ? ir::pad(g, before, after, ir::ScalarValue::of(0)) : g;
+}
+
+// The gradient of a pad: the same pad with the widths negated (what was
+// added is trimmed, what was trimmed comes back as zeros).
+NodePtr unpad(const NodePtr& g, const ir::Node& n) {
+  std::vector<int64_t> before, after;
+  for (size_t d = 0; 2 * d < n.axes.size(); ++d) {
+    before.push_back(-n.axes[2 * d]);
+    after.push_back(-n.axes[2 * d + 1]);
+  }
+  return ir::pad(g, before, after, ir::ScalarValue::of(0));
+}
+
+// The gradients of a concatenation: each part's window of `g`.
+std::vector<NodePtr> uncat(const NodePtr& g, const ir::Node& n) {
+  const int64_t ax = n.axes[0], rank = g->shape.rank();
+  std::vector<NodePtr> parts;
+  int64_t start = 0;
+  for (const NodePtr& a : n.args) {
+    std::vector<int64_t> starts(static_cast<size_t>(rank), 0), steps(static_cast<size_t>(rank), 1);
+    starts[static_cast<size_t>(ax)] = start;
+    parts.push_back(ir::slice(g, starts, steps, a->shape));
+    start += a->shape[ax];
+  }
+  return parts;
 }
 
 NodePtr last_two_transposed(const NodePtr& x) {
@@ -156,6 +169,8 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::MatMul:
       return {ir::matmul(g, last_two_transposed(a[1])), ir::matmul(last_two_transposed(a[0]), g)};
     case Op::Slice: return {unslice(g, n)};
+    case Op::Pad: return {unpad(g, n), nullptr};
+    case Op::Cat: return uncat(g, n);
     default: break;
   }
   return std::vector<NodePtr>(a.size(), nullptr);  // comparisons, argmax, constants: no gradient
@@ -239,6 +254,7 @@ std::string grad_fn_name(const ir::Node& n) {
     case Op::Cast: return "ToCopyBackward0";
     case Op::MatMul: return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
     case Op::Pow: return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
+    case Op::Pad: return "ConstantPadNdBackward0";
     default: break;
   }
   std::string name(ir::op_name(n.op));

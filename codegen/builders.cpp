@@ -302,6 +302,59 @@ NodePtr slice(NodePtr x, std::vector<int64_t> starts, std::vector<int64_t> steps
   return n;
 }
 
+NodePtr iota(Shape shape, int64_t axis) {
+  TESSEL_ASSERT("builders", axis >= 0 && axis < std::max<int64_t>(shape.rank(), 1));
+  NodePtr n = make(Op::Iota, DType::i64, std::move(shape), {});
+  n->axes = {axis};
+  return n;
+}
+
+NodePtr pad(NodePtr x, std::vector<int64_t> before, std::vector<int64_t> after, ScalarValue fill) {
+  const Shape& s = x->shape;
+  TESSEL_ASSERT("builders", static_cast<int64_t>(before.size()) == s.rank() && before.size() == after.size());
+  std::vector<int64_t> out(s.dims), attr;
+  for (size_t d = 0; d < out.size(); ++d) {
+    out[d] = s.dims[d] + before[d] + after[d];
+    if (out[d] < 0)
+      throw ShapeError(fmt::format("pad: widths {} before and {} after dim {} of shape {} leave {} elements; "
+                                   "a negative width may remove at most the dim's size",
+                                   before[d], after[d], d, s.str(), out[d]));
+    attr.push_back(before[d]);
+    attr.push_back(after[d]);
+  }
+  DType dt = x->dtype;
+  // The fill is a constant arg, so a kernel takes it as a launch argument.
+  NodePtr n = make(Op::Pad, dt, Shape(std::move(out)), {std::move(x), constant(fill, dt)});
+  n->axes = std::move(attr);
+  return n;
+}
+
+NodePtr cat(std::vector<NodePtr> xs, int64_t axis) {
+  TESSEL_ASSERT("builders", !xs.empty());
+  const Shape& s0 = xs[0]->shape;
+  if (s0.rank() == 0) throw ShapeError("cat: zero-dimensional tensors cannot be concatenated; unsqueeze them first or use stack");
+  axis = normalize_axis("cat", axis, s0.rank(), s0);
+  std::vector<int64_t> out(s0.dims);
+  out[static_cast<size_t>(axis)] = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Shape& si = xs[i]->shape;
+    if (xs[i]->dtype != xs[0]->dtype)
+      throw DTypeError(fmt::format("cat: tensor {} has dtype {} but tensor 0 has {}; cast them to one dtype first",
+                                   i, dtype_name(xs[i]->dtype), dtype_name(xs[0]->dtype)));
+    bool same = si.rank() == s0.rank();
+    for (int64_t d = 0; same && d < s0.rank(); ++d) same = d == axis || si[d] == s0[d];
+    if (!same)
+      throw ShapeError(fmt::format("cat: tensor {} has shape {} but tensor 0 has {}; every dim but dim {} must match",
+                                   i, si.str(), s0.str(), axis));
+    out[static_cast<size_t>(axis)] += si[axis];
+  }
+  if (xs.size() == 1) return xs[0];
+  DType dt = xs[0]->dtype;
+  NodePtr n = make(Op::Cat, dt, Shape(std::move(out)), std::move(xs));
+  n->axes = {axis};
+  return n;
+}
+
 NodePtr matmul(NodePtr a, NodePtr b) {
   const Shape sa = a->shape, sb = b->shape;
   if (sa.rank() == 0 || sb.rank() == 0)

@@ -32,6 +32,14 @@ NodePtr transpose(NodePtr x, int64_t d0, int64_t d1);
 NodePtr expand(NodePtr x, Shape s);
 /// Window [start, start + step * size) per axis.
 NodePtr slice(NodePtr x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape out);
+/// Each element's index along `axis` of `shape`, i64, computed inside the
+/// kernel that reads it (no memory): arange, masks, eye.
+NodePtr iota(Shape shape, int64_t axis);
+/// `x` with before[d] / after[d] elements of `fill` added on each side of dim
+/// d (negative widths remove elements, as torch.nn.functional.pad).
+NodePtr pad(NodePtr x, std::vector<int64_t> before, std::vector<int64_t> after, ScalarValue fill);
+/// `xs` side by side along `axis` (one dtype; every other dim equal), as torch.cat.
+NodePtr cat(std::vector<NodePtr> xs, int64_t axis);
 /// torch.matmul semantics: 1-D operands, 2-D, batched with broadcast batch dims.
 NodePtr matmul(NodePtr a, NodePtr b);
 

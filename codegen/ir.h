@@ -70,6 +70,11 @@ namespace tessel::ir {
   X(Permute, Movement, "reorder axes by `axes` (output axis i = input axis axes[i])") \
   X(Expand, Movement, "broadcast size-1 axes to the node's shape")               \
   X(Slice, Movement, "strided window: axes = [start0, step0, start1, step1, ...]") \
+  /* indexed: elementwise over the node's shape, reading args at computed */  \
+  /* positions (loads with coordinates and predicates in the kernel IR) */     \
+  X(Iota, Indexed, "each element's index along axes[0] of the node's shape, i64") \
+  X(Pad, Indexed, "args[0] inside, args[1] (a scalar) outside: axes = [before0, after0, ...]") \
+  X(Cat, Indexed, "args side by side along axes[0]")                            \
   /* contraction */                                                              \
   X(MatMul, Contraction, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")
 
@@ -79,7 +84,7 @@ enum class Op : uint8_t {
 #undef TESSEL_X
 };
 
-enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Contraction };
+enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Indexed, Contraction };
 
 std::string_view op_name(Op op);   // "add", "matmul"
 Category op_category(Op op);
@@ -88,6 +93,8 @@ inline bool is_elementwise(Op op) {
   return c == Category::Unary || c == Category::Binary || c == Category::Compare || c == Category::Ternary;
 }
 inline bool is_reduction(Op op) { return op_category(op) == Category::Reduce; }
+/// Computed per output element in a fused kernel: elementwise or indexed.
+inline bool is_pointwise(Op op) { return is_elementwise(op) || op_category(op) == Category::Indexed; }
 
 /// A realized strided view of memory: what an Input holds and what a
 /// realized node caches. Strides and offset are in elements.
@@ -123,7 +130,8 @@ struct Node {
 
   // Attributes; which ones mean something depends on `op`.
   ScalarValue value;           // Constant
-  std::vector<int64_t> axes;   // Reduce: reduced axes; Permute: order; Slice: start/step pairs
+  std::vector<int64_t> axes;   // Reduce: reduced axes; Permute: order; Slice: start/step pairs;
+                               // Iota, Cat: the axis; Pad: before/after pairs (its fill is args[1], a scalar constant)
   bool keepdim = false;        // Reduce
 
   // Autograd: true when a gradient flows to some leaf below.

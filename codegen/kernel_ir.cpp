@@ -21,7 +21,12 @@ void print_stmts(std::string& s, const std::vector<Stmt>& list, const char* pref
     const Stmt& st = list[i];
     s += fmt::format("  %{}{} = ", prefix, i);
     switch (st.kind) {
-      case StmtKind::Load: s += fmt::format("load.{} l{}", dtype_name(st.dtype), st.slot); break;
+      case StmtKind::Load:
+        s += fmt::format("load.{} l{}", dtype_name(st.dtype), st.slot);
+        if (st.index >= 0) s += fmt::format(" +%{}{}", prefix, st.index);
+        if (st.pred >= 0) s += fmt::format(" if %{}{}", prefix, st.pred);
+        break;
+      case StmtKind::Coord: s += fmt::format("coord.{} x{}", dtype_name(st.dtype), st.slot); break;
       case StmtKind::Const: s += fmt::format("const.{} c{}", dtype_name(st.dtype), st.slot); break;
       case StmtKind::Acc: s += fmt::format("acc.{}", dtype_name(st.dtype)); break;
       case StmtKind::Count: s += fmt::format("count.{}", dtype_name(st.dtype)); break;
@@ -43,6 +48,7 @@ std::string Kernel::text() const {
   for (size_t p = 0; p < params.size(); ++p)
     s += fmt::format("  param p{} {} {}\n", p, params[p].output ? "out" : "in", dtype_name(params[p].dtype));
   for (size_t l = 0; l < load_params.size(); ++l) s += fmt::format("  slot l{} p{}\n", l, load_params[l]);
+  for (int c = 0; c < coords; ++c) s += fmt::format("  slot x{}\n", c);
   for (size_t c = 0; c < const_types.size(); ++c) s += fmt::format("  slot c{} {}\n", c, dtype_name(const_types[c]));
   // Ordinary kernels print as before stages existed: their cache keys stay.
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -78,9 +84,23 @@ void mix_stmts(uint64_t& h, const std::vector<Stmt>& list) {
                static_cast<uint64_t>(static_cast<uint32_t>(st.slot)) << 24);
     mix(h, st.args.size());
     for (int a : st.args) mix(h, static_cast<uint64_t>(a));
+    if (st.kind == StmtKind::Load) mix(h, static_cast<uint64_t>(st.pred + 1) | static_cast<uint64_t>(st.index + 1) << 32);
   }
 }
 }  // namespace
+
+bool Kernel::indexed() const {
+  if (coords > 0) return true;
+  auto any = [](const std::vector<Stmt>& list) {
+    for (const Stmt& s : list)
+      if (s.kind == StmtKind::Load && (s.pred >= 0 || s.index >= 0)) return true;
+    return false;
+  };
+  if (any(body)) return true;
+  for (const Stage& g : stages)
+    if (any(g.body)) return true;
+  return false;
+}
 
 uint64_t Kernel::hash() const {
   uint64_t h = 0;
@@ -90,6 +110,7 @@ uint64_t Kernel::hash() const {
   for (const Param& p : params) mix(h, static_cast<uint64_t>(p.dtype) << 1 | p.output);
   mix(h, load_params.size());
   for (int l : load_params) mix(h, static_cast<uint64_t>(l));
+  mix(h, static_cast<uint64_t>(coords));
   mix(h, const_types.size());
   for (DType t : const_types) mix(h, static_cast<uint64_t>(t));
   mix_stmts(h, body);

@@ -9,8 +9,13 @@
 // kernel's source for cache keys and for TESSEL_DUMP.
 //
 // Launch-argument layout (int64 each), with R = rank:
-//   dims[R] | store: offset, strides[R] | load i: offset, strides[R] ... | const j: bits
-//   | stage store j: offset, strides[R] (row programs: one per stored stage)
+//   dims[R] | store: offset, strides[R] | load i: offset, strides[R] ...
+//   | coord c: offset, coefficients[R] | stage store j: offset, strides[R]
+//   (row programs: one per stored stage) | const j: bits
+// A coordinate is an affine function of the domain index, o + sum c_d * i_d,
+// as an i64 value: where a pad, a concatenation or a mask asks "which source
+// element is this, and is it inside?". It moves along the domain exactly as a
+// load slot's element index does, so coalescing and splitting treat it alike.
 // A float constant travels as the bits of a double, a half one as its 16-bit
 // pattern, an integer/bool as its int64 value.
 //
@@ -38,6 +43,7 @@ enum class StmtKind : uint8_t {
   Acc,     // epilogue only: the accumulator
   Count,   // epilogue only: number of reduced elements, as `dtype`
   Stage,   // row programs: the result of stage `slot` for the current row, as `dtype`
+  Coord,   // coordinate `slot` (an affine function of the domain index) at the current element, i64
 };
 
 struct Stmt {
@@ -45,7 +51,13 @@ struct Stmt {
   ir::Op op = ir::Op::Add;
   DType dtype = DType::f32;  // result dtype
   std::vector<int> args;     // indices of earlier statements in the same list
-  int slot = 0;              // Load: load slot; Const: constant slot
+  int slot = 0;              // Load: load slot; Const: constant slot; Coord: coordinate
+  // Load only: an earlier b8 statement; where false the load does not touch
+  // memory and gives 0 (pads, concatenations and borders read only inside).
+  int pred = -1;
+  // Load only: an earlier i64 statement added to the slot's element index
+  // (an index computed per element, e.g. a strided slice's gradient).
+  int index = -1;
   bool operator==(const Stmt&) const = default;
 };
 
@@ -72,6 +84,7 @@ struct Stage {
 struct Kernel {
   std::vector<Param> params;      // params[0] is the output
   std::vector<int> load_params;   // load slot -> param index
+  int coords = 0;                 // coordinate slots
   std::vector<DType> const_types; // constant slot -> dtype
   int rank = 1;                   // iteration domain rank (>= 1)
   int reduce_rank = 0;            // trailing domain dims that are reduced (0: elementwise)
@@ -91,8 +104,14 @@ struct Kernel {
     for (const Stage& s : stages) n += s.store >= 0;
     return n;
   }
-  /// Slots: 0 = the main store, 1 + i = load i, then the stage stores.
-  size_t num_slots() const { return load_params.size() + 1 + static_cast<size_t>(stored_stages()); }
+  /// Slots: 0 = the main store, 1 + i = load i, then the coordinates, then
+  /// the stage stores. Slots [0, moving_slots()) move along reduced dims too.
+  size_t num_slots() const { return moving_slots() + static_cast<size_t>(stored_stages()); }
+  size_t moving_slots() const { return load_params.size() + 1 + static_cast<size_t>(coords); }
+  int coord_slot(int c) const { return static_cast<int>(load_params.size()) + 1 + c; }
+  /// Coordinates, predicated or indexed loads: element indices that are not
+  /// one stride walk per slot (no vector-group or streaming variants).
+  bool indexed() const;
   /// Number of int64 launch arguments.
   size_t num_args() const { return const_base() + const_types.size(); }
   size_t slot_base(int slot) const {
@@ -102,7 +121,7 @@ struct Kernel {
   int stage_store_slot(size_t s) const {
     int j = 0;
     for (size_t i = 0; i < s; ++i) j += stages[i].store >= 0;
-    return static_cast<int>(load_params.size()) + 1 + j;
+    return static_cast<int>(moving_slots()) + j;
   }
   size_t const_base() const { return slot_base(static_cast<int>(num_slots())); }
 

@@ -48,8 +48,17 @@ struct Builder {
   std::unordered_map<Node*, int> param_of;
   // Small, searched linearly: a launch's lowering must not cost map nodes.
   std::vector<std::pair<int, std::vector<int64_t>>> load_of;  // slot -> (param, offset and strides)
-  std::unordered_map<Node*, std::vector<std::pair<Map, int>>> memo;  // node -> (index map, stmt)
+  struct Seen {
+    Map map;
+    int pred;  // the predicate its loads were emitted under
+    int stmt;
+  };
+  std::unordered_map<Node*, std::vector<Seen>> memo;  // node -> statements already emitted for it
   std::vector<std::vector<int64_t>> load_args;
+  std::vector<std::vector<int64_t>> coord_args;  // coordinate slot -> offset and coefficients
+  // The b8 statement under which the node being visited is read (-1: always):
+  // inside a pad's or a concatenation's branch, loads touch memory only there.
+  int pred = -1;
   std::vector<int64_t> const_args;
 
   BufferView resolve(Node* n) {
@@ -80,7 +89,45 @@ struct Builder {
       load_args.push_back(std::move(a));
       L.kernel.load_params.push_back(pit->second);
     }
-    return push({StmtKind::Load, Op::Input, key->dtype, {}, slot});
+    Stmt s{StmtKind::Load, Op::Input, key->dtype, {}, slot};
+    s.pred = pred;
+    return push(std::move(s));
+  }
+
+  // The i64 value of term t at the current element (a coordinate slot).
+  int coord(const Term& t) {
+    std::vector<int64_t> a(static_cast<size_t>(R) + 1, 0);
+    a[0] = t.o;
+    if (t.d >= 0) a[1 + static_cast<size_t>(t.d)] = t.c;
+    int slot = -1;
+    for (size_t i = 0; i < coord_args.size() && slot < 0; ++i)
+      if (coord_args[i] == a) slot = static_cast<int>(i);
+    if (slot < 0) {
+      slot = static_cast<int>(coord_args.size());
+      coord_args.push_back(std::move(a));
+      L.kernel.coords = static_cast<int>(coord_args.size());
+    }
+    return push({StmtKind::Coord, Op::Input, DType::i64, {}, slot});
+  }
+  int op(Op o, DType t, std::vector<int> args) { return push({StmtKind::Op, o, t, std::move(args), 0}); }
+  int both(int a, int b) { return a < 0 ? b : b < 0 ? a : op(Op::And, DType::b8, {a, b}); }
+  // b8: lo <= t (if has_lo) and t < hi (if has_hi), where t = o + c * domain[d].
+  // Bounds are folded into coordinates compared with a zero coordinate, so a
+  // kernel's constants stay the IR's and shapes stay launch arguments.
+  int within(const Term& t, bool has_lo, int64_t lo, bool has_hi, int64_t hi) {
+    int zero = coord(Term{});
+    int r = -1;
+    if (has_lo) r = both(r, op(Op::Ge, DType::b8, {coord({t.d, t.c, t.o - lo}), zero}));
+    if (has_hi) r = both(r, op(Op::Lt, DType::b8, {coord({t.d, t.c, t.o - hi}), zero}));
+    return r;
+  }
+  // visit(n, m) with loads under `p` as well.
+  int visit_under(int p, Node* n, const Map& m) {
+    int saved = pred;
+    pred = both(pred, p);
+    int id = visit(n, m);
+    pred = saved;
+    return id;
   }
 
   int push(Stmt s) {
@@ -121,8 +168,8 @@ struct Builder {
 
   int visit(Node* n, const Map& m, bool root = false) {
     auto& seen = memo[n];
-    for (auto& [mm, sid] : seen)
-      if (mm == m) return sid;
+    for (const Seen& x : seen)
+      if (x.map == m && x.pred == pred) return x.stmt;
     int id;
     std::optional<BufferView> v = root ? std::nullopt : value_of(n);
     auto stage = std::find(stages.begin(), stages.end(), n);
@@ -141,6 +188,8 @@ struct Builder {
       std::vector<int> args;
       for (auto& a : n->args) args.push_back(visit(a.get(), m));
       id = push({StmtKind::Op, n->op, n->dtype, std::move(args), 0});
+    } else if (ir::op_category(n->op) == Category::Indexed) {
+      id = visit_indexed(n, m);
     } else if (ir::op_category(n->op) == Category::Movement) {
       Node* x = n->args[0].get();
       Map in(x->shape.dims.size());
@@ -161,7 +210,7 @@ struct Builder {
           break;
         case Op::Reshape: {
           id = load(n, resolve(n), m);
-          memo[n].emplace_back(m, id);
+          memo[n].push_back({m, pred, id});
           return id;
         }
         default: throw InternalError("lower_to_kernel_ir: unknown movement op");
@@ -171,8 +220,51 @@ struct Builder {
       throw InternalError(fmt::format("lower_to_kernel_ir: {} cannot be fused (the scheduler must materialize it)",
                                       ir::op_name(n->op)));
     }
-    memo[n].emplace_back(m, id);
+    memo[n].push_back({m, pred, id});
     return id;
+  }
+
+  // Iota, Pad, Cat at the element `m` maps the domain to.
+  int visit_indexed(Node* n, const Map& m) {
+    switch (n->op) {
+      case Op::Iota: return coord(m[static_cast<size_t>(n->axes[0])]);
+      case Op::Pad: {
+        Node* x = n->args[0].get();
+        Map in(m.size());
+        int inside = -1;
+        for (size_t j = 0; j < m.size(); ++j) {
+          const int64_t before = n->axes[2 * j], after = n->axes[2 * j + 1];
+          in[j] = {m[j].d, m[j].c, m[j].o - before};
+          if (before > 0 || after > 0)  // (a crop only narrows what is read)
+            inside = both(inside, within(in[j], before > 0, 0, after > 0, x->shape.dims[j]));
+        }
+        if (inside < 0) return visit(x, in);
+        int v = visit_under(inside, x, in);
+        int fill = visit(n->args[1].get(), m);
+        return op(Op::Where, n->dtype, {inside, v, fill});
+      }
+      case Op::Cat: {
+        const size_t ax = static_cast<size_t>(n->axes[0]);
+        const size_t parts = n->args.size();
+        // Where(in part 0, v0, Where(in part 1, v1, ... v_last)), each part read only inside.
+        std::vector<int> in_part(parts, -1), value(parts, -1);
+        int64_t start = 0;
+        for (size_t i = 0; i < parts; ++i) {
+          Node* x = n->args[i].get();
+          const int64_t len = x->shape.dims[ax];
+          Map in = m;
+          in[ax].o -= start;
+          in_part[i] = within(in[ax], i > 0, 0, i + 1 < parts, len);
+          value[i] = visit_under(in_part[i], x, in);
+          start += len;
+        }
+        int r = value[parts - 1];
+        for (size_t i = parts - 1; i-- > 0;) r = op(Op::Where, n->dtype, {in_part[i], value[i], r});
+        return r;
+      }
+      default: break;
+    }
+    throw InternalError(fmt::format("lower_to_kernel_ir: {} is not an indexed op", ir::op_name(n->op)));
   }
 
   void finish(const std::vector<int64_t>& dims, const std::vector<int64_t>& store,
@@ -182,6 +274,7 @@ struct Builder {
     L.args = dims;
     L.args.insert(L.args.end(), store.begin(), store.end());
     for (auto& a : load_args) L.args.insert(L.args.end(), a.begin(), a.end());
+    for (auto& a : coord_args) L.args.insert(L.args.end(), a.begin(), a.end());
     L.args.insert(L.args.end(), stage_stores.begin(), stage_stores.end());
     L.args.insert(L.args.end(), const_args.begin(), const_args.end());
     int kept = k.reduce == kir::ReduceKind::None && !k.row_program() ? R - 1 : R - k.reduce_rank;

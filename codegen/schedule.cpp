@@ -65,6 +65,7 @@ bool half(DType t) { return t == DType::f16 || t == DType::bf16; }
 
 bool kernel_supports(const Node& n) {
   if (n.op == Op::Constant) return true;
+  if (ir::op_category(n.op) == Category::Indexed) return true;  // selects and index arithmetic: any dtype
   if (!ir::is_elementwise(n.op)) return false;
   DType t = n.op == Op::Where || n.op == Op::Cast || ir::op_category(n.op) == Category::Compare ? n.args.back()->dtype
                                                                                                 : n.dtype;
@@ -238,7 +239,7 @@ struct RowGrouper {
     if (x->op == Op::Reshape) return;  // reads its source as a buffer
     Mode next = mode;
     if (x->op == Op::Expand && mode == Plain && x->shape == shape) next = Row;
-    else if (ir::op_category(x->op) == Category::Movement) next = View;
+    else if (ir::op_category(x->op) == Category::Movement || ir::op_category(x->op) == Category::Indexed) next = View;
     for (auto& a : x->args) visit(a.get(), next);
   }
 
@@ -337,7 +338,8 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
   for (Node* n : S.order) {
     if (n->realized()) continue;
     Category c = ir::op_category(n->op);
-    bool constant = n->op == Op::Constant;
+    // An iota costs an index computation: recomputed by each reader, as a constant is.
+    bool constant = n->op == Op::Constant || n->op == Op::Iota;
     if (uses[n] > 1 && !constant) mark(n, fmt::format("used by {} consumers", uses[n]), /*only_uses=*/true);
     if (!opts.fuse && !constant && c != Category::Movement) mark(n, "fusion off");
     if (opts.keep_grad_values && n->requires_grad && !constant && c != Category::Movement)
@@ -376,7 +378,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     if (n->realized()) continue;
     if (n->op == Op::Constant) { loads[n] = 0; ops[n] = 1; continue; }
     if (ir::op_category(n->op) == Category::Movement && n->op == Op::Reshape) { loads[n] = 1; ops[n] = 1; continue; }
-    if (!(ir::is_elementwise(n->op) || ir::op_category(n->op) == Category::Movement || ir::is_reduction(n->op))) {
+    if (!(ir::is_pointwise(n->op) || ir::op_category(n->op) == Category::Movement || ir::is_reduction(n->op))) {
       loads[n] = 1;
       ops[n] = 1;
       continue;

@@ -9,6 +9,7 @@
 
 #include "dsl/expr.h"
 #include "dsl/functional.h"
+#include "dsl/indexing.h"
 #include "dsl/nn/nn.h"
 #include "dsl/ordered_dict.h"
 #include "dsl/tensor.h"

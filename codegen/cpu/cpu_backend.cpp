@@ -286,7 +286,7 @@ void launch_kernel(cpujit::KernelFn* fn, void** bufs, const int64_t* args, size_
     return;
   }
   // Few long rows (a 1-D tensor is one row): split the last dim into windows.
-  const size_t slots = k.load_params.size() + 1;
+  const size_t slots = k.moving_slots();  // the store, loads and coordinates
   const int64_t cols = args[R - 1];
   const int64_t col_grain = std::max<int64_t>(1, kMinChunkElems / std::max<int64_t>(rows, 1));
   parallel_for(cols, col_grain, [&](int64_t b, int64_t e) {

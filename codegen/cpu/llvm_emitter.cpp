@@ -28,7 +28,7 @@ constexpr unsigned kStreamVectorBytes = 64;  // one cache line per store
 }  // namespace
 
 bool streamable(const kir::Kernel& k) {
-  if (k.reduce != kir::ReduceKind::None || k.row_program()) return false;
+  if (k.reduce != kir::ReduceKind::None || k.row_program() || k.indexed()) return false;
   auto plain = [](DType t) { return t != DType::f16 && t != DType::bf16; };
   DType out = k.params[0].dtype;
   if (out == DType::b8 || !plain(out)) return false;
@@ -277,13 +277,37 @@ struct Emitter {
           // written: the store's index (slot -1 maps to it), so the optimizer
           // sees one address, read then written.
           const bool of_output = p == opts.output_alias_param;
-          Value* gep = b.CreateInBoundsGEP(mty(s.dtype), ptrs[static_cast<size_t>(p)], index(of_output ? -1 : s.slot));
-          auto* ld = b.CreateAlignedLoad(ty(mty(s.dtype)), gep, llvm::Align(dtype_size(s.dtype)));
-          ld->setMetadata(llvm::LLVMContext::MD_alias_scope, of_output ? out_list : in_list);
-          ld->setMetadata(llvm::LLVMContext::MD_noalias, of_output ? in_list : out_list);
-          r = s.dtype == DType::b8 ? b.CreateICmpNE(ld, llvm::Constant::getNullValue(ld->getType())) : static_cast<Value*>(ld);
+          Value* idx = index(of_output ? -1 : s.slot);
+          if (s.index >= 0) idx = b.CreateAdd(idx, v[static_cast<size_t>(s.index)]);
+          auto emit_load = [&]() -> Value* {
+            Value* gep = b.CreateInBoundsGEP(mty(s.dtype), ptrs[static_cast<size_t>(p)], idx);
+            auto* ld = b.CreateAlignedLoad(ty(mty(s.dtype)), gep, llvm::Align(dtype_size(s.dtype)));
+            ld->setMetadata(llvm::LLVMContext::MD_alias_scope, of_output ? out_list : in_list);
+            ld->setMetadata(llvm::LLVMContext::MD_noalias, of_output ? in_list : out_list);
+            return s.dtype == DType::b8 ? b.CreateICmpNE(ld, llvm::Constant::getNullValue(ld->getType())) : static_cast<Value*>(ld);
+          };
+          if (s.pred < 0) {
+            r = emit_load();
+            break;
+          }
+          // Only where the predicate holds: outside, the index may be out of the buffer.
+          TESSEL_ASSERT("emit_llvm", lanes == 1);  // predicated loads never take the explicit-vector path
+          auto* from = b.GetInsertBlock();
+          auto* inside = llvm::BasicBlock::Create(ctx, "load.in", fn);
+          auto* join = llvm::BasicBlock::Create(ctx, "load.join", fn);
+          b.CreateCondBr(v[static_cast<size_t>(s.pred)], inside, join);
+          b.SetInsertPoint(inside);
+          Value* loaded = emit_load();
+          auto* loaded_in = b.GetInsertBlock();
+          b.CreateBr(join);
+          b.SetInsertPoint(join);
+          auto* phi = b.CreatePHI(loaded->getType(), 2);
+          phi->addIncoming(llvm::Constant::getNullValue(loaded->getType()), from);
+          phi->addIncoming(loaded, loaded_in);
+          r = phi;
           break;
         }
+        case StmtKind::Coord: r = index(static_cast<int>(k.load_params.size()) + s.slot); break;
         case StmtKind::Const: r = (lanes > 1 ? vconsts : consts)[static_cast<size_t>(s.slot)]; break;
         case StmtKind::Acc: r = acc; break;
         case StmtKind::Count: r = cast(count, DType::i64, s.dtype); break;
@@ -430,11 +454,14 @@ struct Emitter {
   }
 
   // The innermost dim, twice: unit strides everywhere (vectorizable), and general.
-  // Slots [first_slot, last_slot) move along the dim.
+  // Slots [first_slot, last_slot) move along the dim; coordinates always move
+  // by their coefficient (a mask's row coordinate does not move along a row),
+  // so they take no part in choosing the unit-stride loop.
   void inner(const std::vector<Value*>& base, int d, size_t first_slot, size_t last_slot,
              const std::function<void(const std::function<Value*(size_t)>&)>& body) {
+    const size_t first_coord = k.load_params.size() + 1;
     Value* fast = b.getTrue();
-    for (size_t s = first_slot; s < last_slot; ++s)
+    for (size_t s = first_slot; s < std::min(last_slot, first_coord); ++s)
       fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][static_cast<size_t>(d)], b.getInt64(1)));
     auto* fb = llvm::BasicBlock::Create(ctx, "unit", fn);
     auto* gb = llvm::BasicBlock::Create(ctx, "strided", fn);
@@ -444,7 +471,8 @@ struct Emitter {
       b.SetInsertPoint(unit ? fb : gb);
       loop(b.getInt64(0), dims[static_cast<size_t>(d)], [&](Value* j) {
         body([&](size_t s) {
-          return unit ? b.CreateAdd(base[s], j) : b.CreateAdd(base[s], b.CreateMul(j, st[s][static_cast<size_t>(d)]));
+          return unit && s < first_coord ? b.CreateAdd(base[s], j)
+                                         : b.CreateAdd(base[s], b.CreateMul(j, st[s][static_cast<size_t>(d)]));
         });
       }, unit ? "i.unit" : "i");
       b.CreateBr(join);
@@ -458,7 +486,7 @@ struct Emitter {
       store(v[static_cast<size_t>(k.value)], k.body[static_cast<size_t>(k.value)].dtype, index(0));
     };
     if (!stream) {
-      inner(base, k.rank - 1, 0, k.load_params.size() + 1, body);
+      inner(base, k.rank - 1, 0, k.moving_slots(), body);
       return;
     }
     auto* sb = llvm::BasicBlock::Create(ctx, "stream", fn);
@@ -466,7 +494,7 @@ struct Emitter {
     auto* join = llvm::BasicBlock::Create(ctx, "stream.join", fn);
     b.CreateCondBr(stream, sb, nb);
     b.SetInsertPoint(nb);
-    inner(base, k.rank - 1, 0, k.load_params.size() + 1, body);
+    inner(base, k.rank - 1, 0, k.moving_slots(), body);
     b.CreateBr(join);
     b.SetInsertPoint(sb);
     stream_row(base, body);
@@ -523,7 +551,7 @@ struct Emitter {
     auto* acc = eb.CreateAlloca(cty(acc_dtype), nullptr, "acc");
     b.CreateStore(init_acc(red, acc_dtype), acc);
     const DType vt = body[static_cast<size_t>(value)].dtype;
-    over_row(base, K, 1, k.load_params.size() + 1, [&](const std::function<Value*(size_t)>& index) {
+    over_row(base, K, 1, k.moving_slots(), [&](const std::function<Value*(size_t)>& index) {
       auto v = stmts(body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
       Value* x = cast(v[static_cast<size_t>(value)], vt, acc_dtype);
       b.CreateStore(combine(red, acc_dtype, b.CreateLoad(cty(acc_dtype), acc), x), acc);
@@ -555,7 +583,7 @@ struct Emitter {
       reduce_row(base, K);
       return;
     }
-    over_row(base, K, 0, k.load_params.size() + 1, [&](const std::function<Value*(size_t)>& index) {
+    over_row(base, K, 0, k.moving_slots(), [&](const std::function<Value*(size_t)>& index) {
       auto v = stmts(k.body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
       store(v[static_cast<size_t>(k.value)], k.body[static_cast<size_t>(k.value)].dtype, index(0));
     });

@@ -188,16 +188,28 @@ struct Writer {
     std::vector<bool> l(list.size(), false);
     if (root >= 0) l[static_cast<size_t>(root)] = true;
     for (size_t i = list.size(); i-- > 0;)
-      if (l[i])
+      if (l[i]) {
         for (int a : list[i].args) l[static_cast<size_t>(a)] = true;
+        if (list[i].pred >= 0) l[static_cast<size_t>(list[i].pred)] = true;
+        if (list[i].index >= 0) l[static_cast<size_t>(list[i].index)] = true;
+      }
     return l;
   }
 
-  // Load slots the live body reads (slot index is the load slot, not +1).
+  // Slots a statement reads at the current element: a load's (1 + load slot)
+  // or a coordinate's; -1 for none.
+  int slot_of(const Stmt& s) const {
+    if (s.kind == StmtKind::Load) return s.slot + 1;
+    if (s.kind == StmtKind::Coord) return k.coord_slot(s.slot);
+    return -1;
+  }
+  bool is_load_slot(int slot) const { return slot >= 1 && static_cast<size_t>(slot) <= k.load_params.size(); }
+
+  // Moving slots the live body reads (loads and coordinates, by slot index).
   std::vector<bool> live_loads(const std::vector<bool>& lv) const {
-    std::vector<bool> s(k.load_params.size(), false);
+    std::vector<bool> s(k.moving_slots(), false);
     for (size_t i = 0; i < k.body.size(); ++i)
-      if (lv[i] && k.body[i].kind == StmtKind::Load) s[static_cast<size_t>(k.body[i].slot)] = true;
+      if (int sl = slot_of(k.body[i]); lv[i] && sl >= 0) s[static_cast<size_t>(sl)] = true;
     return s;
   }
 
@@ -213,10 +225,21 @@ struct Writer {
       std::string e;
       switch (s.kind) {
         case StmtKind::Load: {
-          e = load(s.slot);
+          if (s.pred < 0 && s.index < 0) {
+            e = load(s.slot);
+          } else {
+            // Predicated or indexed loads run in the plain variants only, where
+            // the element's offset in slot l is o<l + 1>.
+            e = fmt::format("p{}[o{}{}]", k.load_params[static_cast<size_t>(s.slot)], s.slot + 1,
+                            s.index >= 0 ? fmt::format(" + {}{}", prefix, s.index) : "");
+            if (s.pred >= 0)
+              e = fmt::format("({}{} ? {} : ({})0)", prefix, s.pred, e, storage_type(k.params[static_cast<size_t>(
+                                                                            k.load_params[static_cast<size_t>(s.slot)])].dtype));
+          }
           if (s.dtype == DType::b8) e = fmt::format("({} != 0)", e);
           break;
         }
+        case StmtKind::Coord: e = fmt::format("o{}", k.coord_slot(s.slot)); break;
         case StmtKind::Const: e = const_value(s.dtype, k.const_base() + static_cast<size_t>(s.slot)); break;
         case StmtKind::Acc: e = "acc"; break;
         case StmtKind::Count: e = cast("count", DType::i64, s.dtype); break;
@@ -278,10 +301,10 @@ struct Writer {
     lv = live(k.body, k.value);
     std::vector<bool> ll = live_loads(lv);
     all_slots = {0};
-    for (size_t l = 0; l < ll.size(); ++l)
+    for (size_t l = 1; l < ll.size(); ++l)
       if (ll[l]) {
-        all_slots.push_back(static_cast<int>(l) + 1);
-        load_slots.push_back(static_cast<int>(l) + 1);
+        all_slots.push_back(static_cast<int>(l));
+        load_slots.push_back(static_cast<int>(l));
       }
     vt = k.body[static_cast<size_t>(k.value)].dtype;
     if (red) set_reduce(k.reduce, k.acc_dtype);
@@ -320,7 +343,8 @@ struct Writer {
     std::vector<bool> pl(k.params.size(), false);
     pl[0] = store;
     if (loads)
-      for (int s : load_slots) pl[static_cast<size_t>(k.load_params[static_cast<size_t>(s - 1)])] = true;
+      for (int s : load_slots)
+        if (is_load_slot(s)) pl[static_cast<size_t>(k.load_params[static_cast<size_t>(s - 1)])] = true;
     for (size_t p = 0; p < k.params.size(); ++p)
       if (pl[p])
         line(fmt::format("{}{}* __restrict__ p{} = A.p{};", p == 0 ? "" : "const ", storage_type(k.params[p].dtype), p, p));
@@ -573,7 +597,7 @@ struct Writer {
   // Load slots the live statements of `list` read (as slot + 1), into `used`.
   void note_loads(const std::vector<Stmt>& list, const std::vector<bool>& l, std::vector<bool>& used) const {
     for (size_t i = 0; i < list.size(); ++i)
-      if (l[i] && list[i].kind == StmtKind::Load) used[static_cast<size_t>(list[i].slot) + 1] = true;
+      if (int sl = slot_of(list[i]); l[i] && sl >= 0) used[static_cast<size_t>(sl)] = true;
   }
   void note_stages(const std::vector<Stmt>& list, const std::vector<bool>& l, std::vector<bool>& read) const {
     for (size_t i = 0; i < list.size(); ++i)
@@ -592,7 +616,7 @@ struct Writer {
     const bool main_red = k.reduce != kir::ReduceKind::None;
     std::vector<std::vector<bool>> slv(S);
     std::vector<std::vector<bool>> sle(S);
-    std::vector<bool> used(k.load_params.size() + 1, false), read(S, false);
+    std::vector<bool> used(k.moving_slots(), false), read(S, false);
     for (size_t i = 0; i < S; ++i) {
       slv[i] = live(k.stages[i].body, k.stages[i].value);
       sle[i] = live(k.stages[i].epilogue, k.stages[i].result);
@@ -610,7 +634,8 @@ struct Writer {
                        args_type);
     std::vector<bool> pl(k.params.size(), false);
     pl[0] = true;
-    for (int s : loads) pl[static_cast<size_t>(k.load_params[static_cast<size_t>(s - 1)])] = true;
+    for (int s : loads)
+      if (is_load_slot(s)) pl[static_cast<size_t>(k.load_params[static_cast<size_t>(s - 1)])] = true;
     for (const kir::Stage& g : k.stages)
       if (g.store >= 0) pl[static_cast<size_t>(g.store)] = true;
     for (size_t p = 0; p < k.params.size(); ++p)
@@ -660,7 +685,7 @@ struct Writer {
                     const std::function<void()>& use) {
       line("for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {");
       ++indent;
-      std::vector<bool> reads(k.load_params.size() + 1, false);
+      std::vector<bool> reads(k.moving_slots(), false);
       note_loads(body, l, reads);
       std::vector<int> mv;
       if (stores) mv.push_back(0);
@@ -744,7 +769,7 @@ struct Writer {
       row_program(name);
     } else if (!red) {
       elementwise(name);
-      elementwise_vector(variant_name(name, Variant::vector), vector_width(k));
+      if (!k.indexed()) elementwise_vector(variant_name(name, Variant::vector), vector_width(k));
     } else {
       reduce_single(name);
       reduce_partial(variant_name(name, Variant::partial));
@@ -767,7 +792,10 @@ std::string variant_name(const std::string& name, Variant v) {
 
 std::vector<Variant> variants(const kir::Kernel& k) {
   if (k.row_program()) return {Variant::plain};
-  if (k.reduce == kir::ReduceKind::None) return {Variant::plain, Variant::vector};
+  if (k.reduce == kir::ReduceKind::None) {
+    if (k.indexed()) return {Variant::plain};
+    return {Variant::plain, Variant::vector};
+  }
   return {Variant::plain, Variant::partial, Variant::finish};
 }
 
@@ -776,7 +804,7 @@ std::string kernel_name(const kir::Kernel& k) {
 }
 
 unsigned vector_width(const kir::Kernel& k) {
-  if (k.reduce != kir::ReduceKind::None || k.row_program()) return 1;
+  if (k.reduce != kir::ReduceKind::None || k.row_program() || k.indexed()) return 1;
   size_t widest = 1;
   for (const kir::Param& p : k.params) widest = std::max(widest, dtype_size(p.dtype));
   return static_cast<unsigned>(std::min<size_t>(4, 16 / widest));

@@ -149,6 +149,7 @@ class Interpreter {
       case ir::Category::Ternary: return where(n, args[0], args[1], args[2]);
       case ir::Category::Reduce: return reduce(n, args[0]);
       case ir::Category::Movement: return movement(n, args[0]);
+      case ir::Category::Indexed: return indexed(n, args);
       case ir::Category::Contraction: return matmul(n, args[0], args[1]);
     }
     throw InternalError("ref interpreter: unknown node category");
@@ -378,6 +379,57 @@ class Interpreter {
       default: break;
     }
     throw InternalError("ref interpreter: unknown movement op");
+  }
+
+  // Iota, Pad, Cat: element by element over the output's multi-index.
+  static BufferView indexed(const Node& n, const std::vector<BufferView>& args) {
+    BufferView out = host_dense(n.dtype, n.shape);
+    const size_t es = dtype_size(n.dtype);
+    const int64_t rank = n.shape.rank(), total = n.numel();
+    std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+    std::byte* o = static_cast<std::byte*>(out.storage->data());
+    const std::byte* fill = n.op == Op::Pad ? args[1].bytes(n.dtype) : nullptr;  // a scalar
+    // Element `at` (a multi-index) of arg a, by its strides.
+    auto read = [&](size_t a, const std::vector<int64_t>& at) {
+      const BufferView& v = args[a];
+      int64_t off = v.offset;
+      for (size_t d = 0; d < at.size(); ++d) off += at[d] * v.strides[d];
+      return static_cast<const std::byte*>(v.storage->data()) + off * static_cast<int64_t>(es);
+    };
+    std::vector<int64_t> src(static_cast<size_t>(rank));
+    for (int64_t e = 0; e < total; ++e) {
+      std::byte* q = o + e * static_cast<int64_t>(es);
+      switch (n.op) {
+        case Op::Iota: {
+          int64_t v = rank == 0 ? 0 : idx[static_cast<size_t>(n.axes[0])];
+          std::memcpy(q, &v, 8);
+          break;
+        }
+        case Op::Pad: {
+          bool inside = true;
+          for (size_t d = 0; d < src.size(); ++d) {
+            src[d] = idx[d] - n.axes[2 * d];
+            inside = inside && src[d] >= 0 && src[d] < n.args[0]->shape.dims[d];
+          }
+          std::memcpy(q, inside ? read(0, src) : fill, es);
+          break;
+        }
+        case Op::Cat: {
+          const size_t ax = static_cast<size_t>(n.axes[0]);
+          src = idx;
+          size_t a = 0;
+          while (src[ax] >= n.args[a]->shape.dims[ax]) src[ax] -= n.args[a++]->shape.dims[ax];
+          std::memcpy(q, read(a, src), es);
+          break;
+        }
+        default: throw InternalError("ref interpreter: unknown indexed op");
+      }
+      for (int64_t d = rank - 1; d >= 0; --d) {  // next multi-index, row-major
+        if (++idx[static_cast<size_t>(d)] < n.shape[d]) break;
+        idx[static_cast<size_t>(d)] = 0;
+      }
+    }
+    return out;
   }
 
   // A matrix operand in BLAS form, densified when neither axis is contiguous.

@@ -245,9 +245,17 @@ class TreeGen {
     if (depth <= 0 || coin(0.15)) return coin(0.12) ? tessel::ir::expand(constant(t), out_) : broadcast_leaf(t);
     NodePtr r;
     if (t == DType::b8) {
-      switch (uniform(0, 3)) {
+      switch (uniform(0, 4)) {
         case 0: r = tessel::ir::unary(Op::Not, expr(t, depth - 1)); break;
         case 1: r = tessel::ir::binary(pick<Op>({Op::And, Op::Or}), expr(t, depth - 1), expr(t, depth - 1)); break;
+        case 2: {  // a mask from element indices (tril-like), computed in the kernel
+          const int64_t rank = out_.rank();
+          if (rank == 0) return expr(t, depth - 1);
+          const int64_t d1 = uniform(0, rank - 1), d2 = uniform(0, rank - 1);
+          r = tessel::ir::binary(pick<Op>({Op::Ge, Op::Lt, Op::Eq}), tessel::ir::iota(out_, d1),
+                                 tessel::ir::iota(out_, d2));
+          break;
+        }
         default: {
           DType u = pick<DType>({DType::f32, DType::i32, DType::f64, DType::i64});
           r = tessel::ir::binary(pick<Op>({Op::Eq, Op::Ne, Op::Lt, Op::Le, Op::Gt, Op::Ge}), expr(u, depth - 1),
@@ -265,7 +273,7 @@ class TreeGen {
         default: r = tessel::ir::cast(expr(pick<DType>({DType::b8, DType::i32, DType::i64}), depth - 1), t); break;
       }
     } else {
-      switch (uniform(0, 6)) {
+      switch (uniform(0, 8)) {
         case 0: case 1:
           r = tessel::ir::unary(pick<Op>({Op::Neg, Op::Abs, Op::Exp, Op::Log, Op::Sqrt, Op::Tanh, Op::Sigmoid, Op::Relu}),
                                 expr(t, depth - 1));
@@ -277,6 +285,31 @@ class TreeGen {
         case 4:
           r = tessel::ir::where(expr(DType::b8, depth - 1), expr(t, depth - 1), expr(t, depth - 1));
           break;
+        case 6: case 7: {  // pad then a window of the original shape, or a rotation by cat
+          const int64_t rank = out_.rank();
+          if (rank == 0) return expr(t, depth - 1);
+          const int64_t d = uniform(0, rank - 1), len = out_[d];
+          NodePtr x = expr(t, depth - 1);
+          std::vector<int64_t> starts(static_cast<size_t>(rank), 0), steps(static_cast<size_t>(rank), 1);
+          if (uniform(0, 1) == 0 || len < 2) {
+            std::vector<int64_t> before(static_cast<size_t>(rank), 0), after(before);
+            before[static_cast<size_t>(d)] = 1;
+            after[static_cast<size_t>(d)] = 2;
+            starts[static_cast<size_t>(d)] = uniform(0, 3);
+            r = tessel::ir::slice(tessel::ir::pad(x, before, after, tessel::ir::ScalarValue::of(-0.5)), starts, steps, out_);
+          } else {
+            const int64_t k = uniform(1, len - 1);
+            Shape head = out_, tail = out_;
+            head.dims[static_cast<size_t>(d)] = len - k;
+            tail.dims[static_cast<size_t>(d)] = k;
+            starts[static_cast<size_t>(d)] = k;
+            NodePtr a = tessel::ir::slice(x, starts, steps, head);
+            starts[static_cast<size_t>(d)] = 0;
+            NodePtr b = tessel::ir::slice(x, starts, steps, tail);
+            r = tessel::ir::cat({a, b}, d);
+          }
+          break;
+        }
         case 5:  // a half leaf selected through where, then converted (f16/bf16 storage paths)
           r = tessel::ir::cast(tessel::ir::where(expr(DType::b8, depth - 1), broadcast_leaf(DType::f16),
                                                  broadcast_leaf(DType::f16)), t);

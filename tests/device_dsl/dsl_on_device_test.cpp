@@ -109,6 +109,27 @@ TEST_CASE("reductions and row programs on the device match the CPU", "[gpu]") {
   CHECK(g.sum().item<double>() == Approx(x.sum().item<double>()).epsilon(1e-5));
 }
 
+TEST_CASE("pad, cat, tril, masks and eye on the device: indexed loads in the generated kernels", "[gpu]") {
+  manual_seed(11);
+  Tensor x = randn({5, 7}), y = randn({5, 3});
+  Tensor gx = x.to(gpu(0)), gy = y.to(gpu(0));
+  check_close(host(pad(gx, {2, 1, 0, 1}, -1.0)), host(pad(x, {2, 1, 0, 1}, -1.0)), 0);
+  check_close(host(Tensor(cat({gx.relu(), gy * 2.0}, 1)).exp()), host(Tensor(cat({x.relu(), y * 2.0}, 1)).exp()), 1e-6);
+  check_close(host(tril(gx, 1)), host(tril(x, 1)), 0);
+  check_close(host(masked_fill(gx, Tensor(gx > 0.5), -3.0)), host(masked_fill(x, Tensor(x > 0.5), -3.0)), 0);
+  check_close(host(eye(3, 4, DType::f32, gpu(0))), host(eye(3, 4)), 0);
+  check_close(host(stack({gx, gx}, 1).sum({1})), host(stack({x, x}, 1).sum({1})), 1e-6);
+  // Gradients through a pad and a strided slice, on the device.
+  Tensor w = gx.clone();
+  w.requires_grad_(true);
+  Tensor(pad(w, {1, 1}).slice(1, 0, 9, 2) * 3.0).sum().backward();
+  Tensor wc = x.clone();
+  wc.requires_grad_(true);
+  Tensor(pad(wc, {1, 1}).slice(1, 0, 9, 2) * 3.0).sum().backward();
+  CHECK(w.grad().device() == gpu(0));
+  check_close(host(w.grad()), host(wc.grad()), 0);
+}
+
 TEST_CASE("matmuls with bias and ReLU epilogues run on cuBLASLt, batched ones too", "[gpu]") {
   manual_seed(9);
   Tensor a = randn({17, 29}), w = randn({29, 11}), b = randn({11});

@@ -44,7 +44,7 @@ struct TreeGen {
     }
   }
   Tensor gen(int depth) {
-    int choice = depth <= 0 ? 0 : static_cast<int>(g() % 10);
+    int choice = depth <= 0 ? 0 : static_cast<int>(g() % 12);
     switch (choice) {
       case 0: {
         return leaves[g() % leaves.size()];
@@ -89,6 +89,19 @@ struct TreeGen {
         }
       }
       case 8: return Tensor(gen(depth - 1) * 2.5 + 1);
+      case 10: {  // pad, then a window of the original size: fill values come in at a border
+        Tensor a = gen(depth - 1);
+        if (a.shape().rank() == 0) return a;
+        const int64_t len = a.shape()[a.shape().rank() - 1], shift = static_cast<int64_t>(g() % 3);
+        return pad(a, {1, 1}, -0.75).narrow(-1, shift, len);
+      }
+      case 11: {  // a rotation along the last dim by cat, or a triangle of a matrix
+        Tensor a = gen(depth - 1);
+        if (a.shape().rank() == 2 && g() % 2 == 0) return tril(a, static_cast<int64_t>(g() % 3) - 1);
+        if (a.shape().rank() == 0 || a.shape()[a.shape().rank() - 1] < 2) return a;
+        const int64_t len = a.shape()[a.shape().rank() - 1], k = 1 + static_cast<int64_t>(g() % static_cast<uint64_t>(len - 1));
+        return cat({a.narrow(-1, k, len - k), a.narrow(-1, 0, k)}, -1);
+      }
       default: {
         Tensor a = gen(depth - 1);
         return Tensor(a.to(t == DType::f32 ? DType::f64 : DType::f32) * 3).to(t);

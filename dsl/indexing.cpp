@@ -1,0 +1,145 @@
+#include "dsl/indexing.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "codegen/builders.h"
+#include "runtime/errors.h"
+
+namespace tessel {
+namespace {
+
+Device one_device(std::string_view op, const std::vector<Tensor>& xs) {
+  for (size_t i = 1; i < xs.size(); ++i)
+    if (!(xs[i].device() == xs[0].device()))
+      throw DeviceError(fmt::format("{}: expected all tensors on the same device, but tensor 0 is on {} and tensor {} "
+                                    "on {}; move them with .to({})",
+                                    op, xs[0].device().str(), i, xs[i].device().str(), xs[0].device().str()));
+  return xs[0].device();
+}
+
+void check_list(std::string_view op, const std::vector<Tensor>& xs) {
+  if (xs.empty()) throw ValueError(fmt::format("{}: expected a non-empty list of tensors", op));
+}
+
+// [rows, cols] of the last two dims, as i64 index tensors broadcast to x's shape.
+std::pair<Tensor, Tensor> row_col(std::string_view op, const Tensor& x) {
+  const Shape& s = x.shape();
+  if (s.rank() < 2)
+    throw ShapeError(fmt::format("{}: input tensor must have at least 2 dimensions, got shape {}", op, s.str()));
+  Tensor rows = Tensor::from_node(ir::iota(s, s.rank() - 2), x.device());
+  Tensor cols = Tensor::from_node(ir::iota(s, s.rank() - 1), x.device());
+  return {rows, cols};
+}
+
+}  // namespace
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& widths, const Scalar& value) {
+  const int64_t rank = x.shape().rank();
+  if (widths.size() % 2 != 0)
+    throw ValueError(fmt::format("pad: the widths ({}) must come in (before, after) pairs; got {} numbers",
+                                 fmt::join(widths, ", "), widths.size()));
+  if (static_cast<int64_t>(widths.size()) > 2 * rank)
+    throw ValueError(fmt::format("pad: {} widths pad {} dims, but the input has shape {} ({} dims); give at most {} "
+                                 "numbers, the last dim's pair first",
+                                 widths.size(), widths.size() / 2, x.shape().str(), rank, 2 * rank));
+  std::vector<int64_t> before(static_cast<size_t>(rank), 0), after(static_cast<size_t>(rank), 0);
+  for (size_t p = 0; 2 * p < widths.size(); ++p) {
+    const size_t d = static_cast<size_t>(rank) - 1 - p;  // pairs start from the last dim
+    before[d] = widths[2 * p];
+    after[d] = widths[2 * p + 1];
+  }
+  return Tensor::from_node(ir::pad(x.node(), before, after, value.v), x.device());
+}
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  check_list("cat", xs);
+  Device d = one_device("cat", xs);
+  std::vector<ir::NodePtr> nodes;
+  for (const Tensor& t : xs) nodes.push_back(t.node());
+  return Tensor::from_node(ir::cat(std::move(nodes), dim), d);
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
+  check_list("stack", xs);
+  for (size_t i = 1; i < xs.size(); ++i)
+    if (xs[i].shape() != xs[0].shape())
+      throw ShapeError(fmt::format("stack: expects each tensor to be equal size, but got {} at entry 0 and {} at entry {}",
+                                   xs[0].shape().str(), xs[i].shape().str(), i));
+  const int64_t r = xs[0].shape().rank() + 1;
+  dim = ir::normalize_axis("stack", dim, r, Shape(std::vector<int64_t>(static_cast<size_t>(r), 1)));
+  std::vector<Tensor> parts;
+  for (const Tensor& t : xs) parts.push_back(t.unsqueeze(dim));
+  return cat(parts, dim);
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  dim = ir::normalize_axis("split", dim, x.shape().rank(), x.shape());
+  const int64_t n = x.shape()[dim];
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) throw ValueError(fmt::format("split: sizes ({}) must be non-negative", fmt::join(sizes, ", ")));
+    total += s;
+  }
+  if (total != n)
+    throw ValueError(fmt::format("split: sizes ({}) add up to {}, but dim {} of shape {} has {} elements", fmt::join(sizes, ", "),
+                                 total, dim, x.shape().str(), n));
+  std::vector<Tensor> out;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    out.push_back(x.narrow(dim, start, s));
+    start += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
+  if (size <= 0) throw ValueError(fmt::format("split: split_size must be positive, got {}", size));
+  dim = ir::normalize_axis("split", dim, x.shape().rank(), x.shape());
+  const int64_t n = x.shape()[dim];
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < n; start += size) sizes.push_back(std::min(size, n - start));
+  if (sizes.empty()) sizes.push_back(0);  // PyTorch: one empty piece of an empty dim
+  return split(x, sizes, dim);
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  if (chunks <= 0) throw ValueError(fmt::format("chunk: number of chunks must be positive, got {}", chunks));
+  dim = ir::normalize_axis("chunk", dim, x.shape().rank(), x.shape());
+  const int64_t n = x.shape()[dim];
+  return split(x, std::max<int64_t>((n + chunks - 1) / chunks, 1), dim);
+}
+
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  auto [rows, cols] = row_col("tril", x);
+  Tensor keep = binary_op(ir::Op::Le, binary_op(ir::Op::Sub, cols, rows), Scalar(diagonal));
+  return where(keep, x, zeros({}, x.dtype(), x.device()));
+}
+
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  auto [rows, cols] = row_col("triu", x);
+  Tensor keep = binary_op(ir::Op::Ge, binary_op(ir::Op::Sub, cols, rows), Scalar(diagonal));
+  return where(keep, x, zeros({}, x.dtype(), x.device()));
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
+  if (mask.dtype() != DType::b8)
+    throw DTypeError(fmt::format("masked_fill: the mask must be a bool tensor, got {}; compare to make one, e.g. m != 0",
+                                 dtype_name(mask.dtype())));
+  Shape b = ir::broadcast_shapes("masked_fill", x.shape(), mask.shape());
+  if (b != x.shape())
+    throw ShapeError(fmt::format("masked_fill: the mask's shape {} must broadcast to the input's shape {}",
+                                 mask.shape().str(), x.shape().str()));
+  return where(mask, full({}, value, x.dtype(), x.device()), x);
+}
+
+Tensor eye(int64_t n, int64_t m, DType t, Device d) {
+  if (n < 0 || m < 0) throw ValueError(fmt::format("eye: n and m must be non-negative, got {} and {}", n, m));
+  Shape s{n, m};
+  Tensor rows = Tensor::from_node(ir::iota(s, 0), d), cols = Tensor::from_node(ir::iota(s, 1), d);
+  return binary_op(ir::Op::Eq, rows, cols).to(t);
+}
+
+Tensor eye(int64_t n, DType t, Device d) { return eye(n, n, t, d); }
+
+}  // namespace tessel
