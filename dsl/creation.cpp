@@ -100,23 +100,35 @@ Tensor ones(const Shape& s, DType t, Device d) { return full_as("ones", s, 1.0, 
 Tensor zeros(const Shape& s, Device d) { return zeros(s, DType::f32, d); }
 Tensor ones(const Shape& s, Device d) { return ones(s, DType::f32, d); }
 
+// arange is an iota scaled and shifted inside the kernel that reads it: no
+// host buffer, no copy to a device (start + i * step in i64 or f64, then
+// converted, as the host loop computed it).
+namespace {
+Tensor iota_line(int64_t n, DType compute, const Scalar& start, const Scalar& step, DType t, Device d) {
+  ir::NodePtr i = ir::cast(ir::iota(Shape{n}, 0), compute);
+  ir::NodePtr v = ir::binary(ir::Op::Add, ir::binary(ir::Op::Mul, i, ir::constant(step.v, compute)),
+                             ir::constant(start.v, compute));
+  return Tensor::from_node(ir::cast(v, t), d);
+}
+}  // namespace
+
 Tensor arange(int64_t end, DType t, Device d) {
   if (end < 0) throw ValueError(fmt::format("arange: end must be >= 0, got {}", end));
-  return fill_host(Shape{end}, t, d, [](int64_t i) { return static_cast<double>(i); });
+  return iota_line(end, DType::i64, int64_t{0}, int64_t{1}, t, d);
 }
 
 Tensor arange(double start, double end, double step, DType t, Device d) {
   if (step == 0 || (end - start) / step < 0)
     throw ValueError(fmt::format("arange: the range [{}, {}) with step {} is empty or infinite", start, end, step));
   auto n = static_cast<int64_t>(std::ceil((end - start) / step));
-  return fill_host(Shape{n}, t, d, [=](int64_t i) { return start + static_cast<double>(i) * step; });
+  return iota_line(n, DType::f64, start, step, t, d);
 }
 
 Tensor arange_int(int64_t start, int64_t end, int64_t step, DType t, Device d) {
   if (step == 0 || (end - start) / step < 0 || ((end - start) != 0 && (end - start > 0) != (step > 0)))
     throw ValueError(fmt::format("arange: the range [{}, {}) with step {} is empty or infinite", start, end, step));
   int64_t n = (end - start + step + (step > 0 ? -1 : 1)) / step;
-  return fill_host(Shape{n}, t, d, [=](int64_t i) { return static_cast<double>(start + i * step); });
+  return iota_line(n, DType::i64, start, step, t, d);
 }
 
 Tensor rand(const Shape& s, DType t, Device d) {
