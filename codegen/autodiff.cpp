@@ -171,6 +171,8 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Slice: return {unslice(g, n)};
     case Op::Pad: return {unpad(g, n), nullptr};
     case Op::Cat: return uncat(g, n);
+    case Op::Gather: return {ir::scatter_add(g, a[1], n.axes[0], a[0]->shape), nullptr};
+    case Op::ScatterAdd: return {ir::gather(g, a[1], n.axes[0]), nullptr};
     default: break;
   }
   return std::vector<NodePtr>(a.size(), nullptr);  // comparisons, argmax, constants: no gradient
@@ -255,6 +257,7 @@ std::string grad_fn_name(const ir::Node& n) {
     case Op::MatMul: return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
     case Op::Pow: return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
     case Op::Pad: return "ConstantPadNdBackward0";
+    case Op::ScatterAdd: return "ScatterAddBackward0";
     default: break;
   }
   std::string name(ir::op_name(n.op));

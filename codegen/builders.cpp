@@ -355,6 +355,36 @@ NodePtr cat(std::vector<NodePtr> xs, int64_t axis) {
   return n;
 }
 
+NodePtr gather(NodePtr x, NodePtr idx, int64_t axis) {
+  const Shape &sx = x->shape, si = idx->shape;
+  if (!is_integral(idx->dtype))
+    throw DTypeError(fmt::format("gather: the index must be an integer tensor, got {}; convert it with .to(DType::i64)",
+                                 dtype_name(idx->dtype)));
+  if (sx.rank() == 0 || si.rank() != sx.rank())
+    throw ShapeError(fmt::format("gather: the index (shape {}) must have the input's number of dims (shape {}), at least 1",
+                                 si.str(), sx.str()));
+  axis = normalize_axis("gather", axis, sx.rank(), sx);
+  for (int64_t d = 0; d < sx.rank(); ++d)
+    if (d != axis && si[d] > sx[d])
+      throw ShapeError(fmt::format("gather: index shape {} is larger than input shape {} in dim {} (only dim {} may be)",
+                                   si.str(), sx.str(), d, axis));
+  DType dt = x->dtype;
+  Shape out = si;
+  NodePtr n = make(Op::Gather, dt, std::move(out), {std::move(x), cast(std::move(idx), DType::i64)});
+  n->axes = {axis};
+  return n;
+}
+
+NodePtr scatter_add(NodePtr src, NodePtr idx, int64_t axis, Shape shape) {
+  TESSEL_ASSERT("builders", src->shape == idx->shape && src->shape.rank() == shape.rank() && axis >= 0 &&
+                                axis < shape.rank());
+  DType dt = src->dtype;
+  if (is_half(dt)) return cast(scatter_add(cast(std::move(src), DType::f32), std::move(idx), axis, std::move(shape)), dt);
+  NodePtr n = make(Op::ScatterAdd, dt, std::move(shape), {std::move(src), cast(std::move(idx), DType::i64)});
+  n->axes = {axis};
+  return n;
+}
+
 NodePtr matmul(NodePtr a, NodePtr b) {
   const Shape sa = a->shape, sb = b->shape;
   if (sa.rank() == 0 || sb.rank() == 0)

@@ -40,6 +40,14 @@ NodePtr iota(Shape shape, int64_t axis);
 NodePtr pad(NodePtr x, std::vector<int64_t> before, std::vector<int64_t> after, ScalarValue fill);
 /// `xs` side by side along `axis` (one dtype; every other dim equal), as torch.cat.
 NodePtr cat(std::vector<NodePtr> xs, int64_t axis);
+/// torch.gather: out[i..] = x[i.. with dim `axis` replaced by idx[i..]];
+/// idx (integer) has x's rank and, off `axis`, dims no larger than x's.
+/// Index values must be in range (the DSL checks them; kernels read only
+/// in-range positions).
+NodePtr gather(NodePtr x, NodePtr idx, int64_t axis);
+/// torch.zeros(shape).scatter_add_(axis, idx, src): src's elements added at
+/// the positions idx names along `axis` (in element order: deterministic).
+NodePtr scatter_add(NodePtr src, NodePtr idx, int64_t axis, Shape shape);
 /// torch.matmul semantics: 1-D operands, 2-D, batched with broadcast batch dims.
 NodePtr matmul(NodePtr a, NodePtr b);
 

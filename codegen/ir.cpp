@@ -85,7 +85,7 @@ std::string attrs(const Node& n) {
     case Op::Constant: return n.value.is_int ? fmt::format(" {}", n.value.i) : fmt::format(" {}", n.value.f);
     case Op::Permute: return fmt::format(" order=[{}]", fmt::join(n.axes, ", "));
     case Op::Slice: return fmt::format(" start_step=[{}]", fmt::join(n.axes, ", "));
-    case Op::Iota: case Op::Cat: return fmt::format(" axis={}", n.axes[0]);
+    case Op::Iota: case Op::Cat: case Op::Gather: case Op::ScatterAdd: return fmt::format(" axis={}", n.axes[0]);
     case Op::Pad: return fmt::format(" before_after=[{}]", fmt::join(n.axes, ", "));
     default: break;
   }

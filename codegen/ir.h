@@ -75,6 +75,9 @@ namespace tessel::ir {
   X(Iota, Indexed, "each element's index along axes[0] of the node's shape, i64") \
   X(Pad, Indexed, "args[0] inside, args[1] (a scalar) outside: axes = [before0, after0, ...]") \
   X(Cat, Indexed, "args side by side along axes[0]")                            \
+  X(Gather, Indexed, "args[0] at args[1]'s values along axes[0] (torch.gather); args[1]'s shape") \
+  /* scatter: accumulates into positions it reads from an index (run by ref) */ \
+  X(ScatterAdd, Scatter, "zeros plus args[0] added at args[1]'s values along axes[0]") \
   /* contraction */                                                              \
   X(MatMul, Contraction, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")
 
@@ -84,7 +87,7 @@ enum class Op : uint8_t {
 #undef TESSEL_X
 };
 
-enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Indexed, Contraction };
+enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Indexed, Scatter, Contraction };
 
 std::string_view op_name(Op op);   // "add", "matmul"
 Category op_category(Op op);
@@ -131,7 +134,8 @@ struct Node {
   // Attributes; which ones mean something depends on `op`.
   ScalarValue value;           // Constant
   std::vector<int64_t> axes;   // Reduce: reduced axes; Permute: order; Slice: start/step pairs;
-                               // Iota, Cat: the axis; Pad: before/after pairs (its fill is args[1], a scalar constant)
+                               // Iota, Cat, Gather, ScatterAdd: the axis; Pad: before/after
+                               // pairs (its fill is args[1], a scalar constant)
   bool keepdim = false;        // Reduce
 
   // Autograd: true when a gradient flows to some leaf below.

@@ -29,11 +29,15 @@ bool is_contiguous(const Shape& s, const Strides& st) {
   return true;
 }
 
-// Domain index -> node index, per node dim: idx = o + c * domain[d] (d < 0: just o).
+// Domain index -> node index, per node dim: idx = o + c * domain[d] (d < 0:
+// just o), plus sc * (the i64 statement s) when s >= 0 -- an index read from
+// memory (gather).
 struct Term {
   int d = -1;
   int64_t c = 0;
   int64_t o = 0;
+  int s = -1;
+  int64_t sc = 0;
   bool operator==(const Term&) const = default;
 };
 using Map = std::vector<Term>;
@@ -76,9 +80,14 @@ struct Builder {
     }
     std::vector<int64_t> a(static_cast<size_t>(R) + 1, 0);
     a[0] = v.offset;
+    int extra = -1;  // the computed part of the element index
     for (size_t j = 0; j < m.size(); ++j) {
       a[0] += v.strides[j] * m[j].o;
       if (m[j].d >= 0) a[1 + static_cast<size_t>(m[j].d)] += v.strides[j] * m[j].c;
+      if (m[j].s >= 0) {
+        int part = op(Op::Mul, DType::i64, {m[j].s, literal(v.strides[j] * m[j].sc)});
+        extra = extra < 0 ? part : op(Op::Add, DType::i64, {extra, part});
+      }
     }
     int slot = -1;
     for (size_t i = 0; i < load_of.size() && slot < 0; ++i)
@@ -91,11 +100,19 @@ struct Builder {
     }
     Stmt s{StmtKind::Load, Op::Input, key->dtype, {}, slot};
     s.pred = pred;
+    s.index = extra;
     return push(std::move(s));
   }
 
-  // The i64 value of term t at the current element (a coordinate slot).
+  // An i64 value known at lowering (a stride, a step): a coordinate with no
+  // dependence on the domain, so it stays a launch argument, not a constant.
+  int literal(int64_t v) { return coord(Term{-1, 0, v}); }
+
+  // The i64 value of term t at the current element (a coordinate slot, plus
+  // its computed part).
   int coord(const Term& t) {
+    if (t.s >= 0)
+      return op(Op::Add, DType::i64, {coord({t.d, t.c, t.o}), op(Op::Mul, DType::i64, {t.s, literal(t.sc)})});
     std::vector<int64_t> a(static_cast<size_t>(R) + 1, 0);
     a[0] = t.o;
     if (t.d >= 0) a[1 + static_cast<size_t>(t.d)] = t.c;
@@ -117,8 +134,8 @@ struct Builder {
   int within(const Term& t, bool has_lo, int64_t lo, bool has_hi, int64_t hi) {
     int zero = coord(Term{});
     int r = -1;
-    if (has_lo) r = both(r, op(Op::Ge, DType::b8, {coord({t.d, t.c, t.o - lo}), zero}));
-    if (has_hi) r = both(r, op(Op::Lt, DType::b8, {coord({t.d, t.c, t.o - hi}), zero}));
+    if (has_lo) r = both(r, op(Op::Ge, DType::b8, {coord({t.d, t.c, t.o - lo, t.s, t.sc}), zero}));
+    if (has_hi) r = both(r, op(Op::Lt, DType::b8, {coord({t.d, t.c, t.o - hi, t.s, t.sc}), zero}));
     return r;
   }
   // visit(n, m) with loads under `p` as well.
@@ -205,7 +222,7 @@ struct Builder {
         case Op::Slice:
           for (size_t i = 0; i < in.size(); ++i) {
             int64_t start = n->axes[2 * i], step = n->axes[2 * i + 1];
-            in[i] = {m[i].d, m[i].c * step, start + step * m[i].o};
+            in[i] = {m[i].d, m[i].c * step, start + step * m[i].o, m[i].s, m[i].sc * step};
           }
           break;
         case Op::Reshape: {
@@ -234,7 +251,7 @@ struct Builder {
         int inside = -1;
         for (size_t j = 0; j < m.size(); ++j) {
           const int64_t before = n->axes[2 * j], after = n->axes[2 * j + 1];
-          in[j] = {m[j].d, m[j].c, m[j].o - before};
+          in[j] = {m[j].d, m[j].c, m[j].o - before, m[j].s, m[j].sc};
           if (before > 0 || after > 0)  // (a crop only narrows what is read)
             inside = both(inside, within(in[j], before > 0, 0, after > 0, x->shape.dims[j]));
         }
@@ -261,6 +278,18 @@ struct Builder {
         int r = value[parts - 1];
         for (size_t i = parts - 1; i-- > 0;) r = op(Op::Where, n->dtype, {in_part[i], value[i], r});
         return r;
+      }
+      case Op::Gather: {
+        // The index at this element, then the input there along the axis,
+        // read only where the index is in range (the DSL checks the values;
+        // this keeps a kernel inside its buffer whatever it is given).
+        Node* x = n->args[0].get();
+        const size_t ax = static_cast<size_t>(n->axes[0]);
+        int at = visit(n->args[1].get(), m);
+        Map in = m;
+        in[ax] = Term{-1, 0, 0, at, 1};
+        int ok = within(in[ax], true, 0, true, x->shape.dims[ax]);
+        return visit_under(ok, x, in);
       }
       default: break;
     }

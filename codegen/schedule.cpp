@@ -347,6 +347,9 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     if (c == Category::Reduce) {
       mark(n, reduce_supports(*n) ? "reduction output" : "reduction not compiled: ref");
       if (!reduce_supports(*n)) mark(n->args[0].get(), "input of a ref reduction");
+    } else if (c == Category::Scatter) {  // accumulation at computed positions: the ref interpreter, in order
+      mark(n, "scatter: ref");
+      for (auto& a : n->args) mark(a.get(), "input of a ref node");
     } else if (c == Category::Contraction) {
       mark(n, "matmul output");
       for (auto& a : n->args) mark(a.get(), "matmul operand");

@@ -133,6 +133,67 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   return where(mask, full({}, value, x.dtype(), x.device()), x);
 }
 
+namespace {
+// IndexError naming the first kind of bad value: as PyTorch, an index outside
+// [0, size) is an error, never a silent read. Two reductions on idx's device.
+void check_indices(std::string_view op, const Tensor& idx, int64_t size, int64_t dim) {
+  if (!is_integral(idx.dtype()))
+    throw DTypeError(fmt::format("{}: indices must be an integer tensor, got {}; convert them with .to(DType::i64)", op,
+                                 dtype_name(idx.dtype())));
+  if (idx.numel() == 0) return;
+  // One fused reduction and one value read; the offending value only on failure.
+  Tensor bad = binary_op(ir::Op::Or, binary_op(ir::Op::Lt, idx, Scalar(int64_t{0})),
+                         binary_op(ir::Op::Ge, idx, Scalar(size)));
+  if (!bad.any().item<bool>()) return;
+  const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+  throw IndexError(fmt::format("{}: index {} is out of range for dim {} of size {} (indices must be in [0, {}))", op,
+                               lo < 0 ? lo : hi, dim, size, size));
+}
+}  // namespace
+
+namespace {
+// A gather whose errors name `op` (the function the user called).
+Tensor gather_as(std::string_view op, const Tensor& x, int64_t dim, const Tensor& idx) {
+  if (!(x.device() == idx.device()))
+    throw DeviceError(fmt::format("{}: the input is on {} and the index on {}; move the index with .to({})", op,
+                                  x.device().str(), idx.device().str(), x.device().str()));
+  check_indices(op, idx, x.shape()[dim], dim);
+  return Tensor::from_node(ir::gather(x.node(), idx.node(), dim), x.device());
+}
+
+Tensor index_select_as(std::string_view op, const Tensor& x, int64_t dim, const Tensor& idx) {
+  if (idx.shape().rank() != 1)
+    throw ShapeError(fmt::format("{}: the index must be 1-D, got shape {}", op, idx.shape().str()));
+  dim = ir::normalize_axis(op, dim, x.shape().rank(), x.shape());
+  // idx along `dim`, broadcast over x's other dims: a gather with stride-0 reads of idx.
+  std::vector<int64_t> view(static_cast<size_t>(x.shape().rank()), 1), full(x.shape().dims);
+  view[static_cast<size_t>(dim)] = idx.shape()[0];
+  full[static_cast<size_t>(dim)] = idx.shape()[0];
+  return gather_as(op, x, dim, idx.reshape(view).expand(full));
+}
+}  // namespace
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
+  if (x.shape().rank() == 0 || idx.shape().rank() != x.shape().rank())
+    throw ShapeError(fmt::format("gather: the index (shape {}) must have the input's number of dims (shape {}), at least 1",
+                                 idx.shape().str(), x.shape().str()));
+  dim = ir::normalize_axis("gather", dim, x.shape().rank(), x.shape());
+  return gather_as("gather", x, dim, idx);
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) { return index_select_as("index_select", x, dim, idx); }
+
+Tensor embedding(const Tensor& ids, const Tensor& weight) {
+  if (weight.shape().rank() != 2)
+    throw ShapeError(fmt::format("embedding: the weight must be [num_embeddings, embedding_dim], got shape {}",
+                                 weight.shape().str()));
+  const int64_t D = weight.shape()[1];
+  std::vector<int64_t> out(ids.shape().dims);
+  out.push_back(D);
+  Tensor flat = ids.reshape({-1});
+  return index_select_as("embedding", weight, 0, flat).reshape(out);
+}
+
 Tensor eye(int64_t n, int64_t m, DType t, Device d) {
   if (n < 0 || m < 0) throw ValueError(fmt::format("eye: n and m must be non-negative, got {} and {}", n, m));
   Shape s{n, m};

@@ -52,6 +52,25 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 ///   Tensor s = masked_fill(scores, triu(ones({T, T}, DType::b8), 1), -INFINITY);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
 
+/// torch.gather: out[i][j] = x[i][idx[i][j]] for dim 1 (and likewise for
+/// any dim); idx is an integer tensor of x's rank. Index values outside the
+/// dim are an IndexError naming the value.
+///
+///   Tensor picked = gather(logits, 1, labels.unsqueeze(1));   // [N, 1]
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx);
+
+/// torch.index_select: the slices of x at positions `idx` (1-D, integer) along `dim`.
+///
+///   Tensor rows = index_select(table, 0, tensor({3, 0, 3}));
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx);
+
+/// torch.nn.functional.embedding: the rows of `weight` [V, D] at `ids`
+/// (any shape of integers in [0, V)), shape ids.shape + [D]. One gather
+/// kernel forward; its gradient is a scatter-add into weight's rows.
+///
+///   Tensor e = embedding(tokens, wte);   // [B, T] -> [B, T, D]
+Tensor embedding(const Tensor& ids, const Tensor& weight);
+
 /// torch.eye: ones on the diagonal of an [n, m] matrix (m = n when omitted).
 Tensor eye(int64_t n, DType t = DType::f32, Device d = cpu());
 Tensor eye(int64_t n, int64_t m, DType t = DType::f32, Device d = cpu());

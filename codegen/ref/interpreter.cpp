@@ -2,6 +2,9 @@
 // Deliberately plain -- it is the oracle compiled backends are tested
 // against -- but not slow: loops run over merged contiguous rows and matmul
 // goes through OpenBLAS.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -150,6 +153,7 @@ class Interpreter {
       case ir::Category::Reduce: return reduce(n, args[0]);
       case ir::Category::Movement: return movement(n, args[0]);
       case ir::Category::Indexed: return indexed(n, args);
+      case ir::Category::Scatter: return scatter_add(n, args[0], args[1]);
       case ir::Category::Contraction: return matmul(n, args[0], args[1]);
     }
     throw InternalError("ref interpreter: unknown node category");
@@ -422,6 +426,18 @@ class Interpreter {
           std::memcpy(q, read(a, src), es);
           break;
         }
+        case Op::Gather: {
+          const size_t ax = static_cast<size_t>(n.axes[0]);
+          src = idx;
+          int64_t at;
+          std::memcpy(&at, read_i64(args[1], idx), 8);
+          if (at < 0 || at >= n.args[0]->shape.dims[ax])
+            throw IndexError(fmt::format("gather: index {} is out of bounds for dim {} of size {}", at, ax,
+                                         n.args[0]->shape.dims[ax]));
+          src[ax] = at;
+          std::memcpy(q, read(0, src), es);
+          break;
+        }
         default: throw InternalError("ref interpreter: unknown indexed op");
       }
       for (int64_t d = rank - 1; d >= 0; --d) {  // next multi-index, row-major
@@ -429,6 +445,47 @@ class Interpreter {
         idx[static_cast<size_t>(d)] = 0;
       }
     }
+    return out;
+  }
+
+  static const std::byte* read_i64(const BufferView& v, const std::vector<int64_t>& at) {
+    int64_t off = v.offset;
+    for (size_t d = 0; d < at.size(); ++d) off += at[d] * v.strides[d];
+    return static_cast<const std::byte*>(v.storage->data()) + off * 8;
+  }
+
+  // Zeros, then src's elements added at idx's positions in element order: the
+  // same sums in the same order every run (no atomics).
+  static BufferView scatter_add(const Node& n, const BufferView& src, const BufferView& index) {
+    BufferView out = host_dense(n.dtype, n.shape);
+    const size_t ax = static_cast<size_t>(n.axes[0]);
+    const Shape& s = n.args[0]->shape;
+    dispatch(n.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* o = out.ptr<T>();
+      std::fill(o, o + n.numel(), T(0));
+      const int64_t rank = s.rank(), total = s.numel();
+      std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+      for (int64_t e = 0; e < total; ++e) {
+        int64_t at;
+        std::memcpy(&at, read_i64(index, idx), 8);
+        if (at < 0 || at >= n.shape.dims[ax])
+          throw IndexError(fmt::format("scatter_add: index {} is out of bounds for dim {} of size {}", at, ax,
+                                       n.shape.dims[ax]));
+        int64_t so = src.offset, oo = 0;
+        for (size_t d = 0; d < idx.size(); ++d) {
+          so += idx[d] * src.strides[d];
+          oo += (d == ax ? at : idx[d]) * out.strides[d];
+        }
+        const T v = static_cast<const T*>(src.storage->data())[so];
+        if constexpr (std::is_same_v<T, bool>) o[oo] = o[oo] || v;
+        else o[oo] = static_cast<T>(o[oo] + v);
+        for (int64_t d = rank - 1; d >= 0; --d) {
+          if (++idx[static_cast<size_t>(d)] < s[d]) break;
+          idx[static_cast<size_t>(d)] = 0;
+        }
+      }
+    });
     return out;
   }
 

@@ -1,6 +1,7 @@
 // The module system: Module, Parameter, layers, containers, initializers.
 #pragma once
 
+#include "dsl/nn/embedding.h"
 #include "dsl/nn/init.h"
 #include "dsl/nn/layers.h"
 #include "dsl/nn/linear.h"

@@ -128,6 +128,18 @@ TEST_CASE("pad, cat, tril, masks and eye on the device: indexed loads in the gen
   Tensor(pad(wc, {1, 1}).slice(1, 0, 9, 2) * 3.0).sum().backward();
   CHECK(w.grad().device() == gpu(0));
   check_close(host(w.grad()), host(wc.grad()), 0);
+  // An embedding: a gather kernel forward, a scatter-add backward.
+  Tensor ids = tensor({{3, 0, 3}, {1, 1, 4}});
+  Tensor table = randn({5, 4});
+  Tensor gt = table.to(gpu(0));
+  gt.requires_grad_(true);
+  Tensor ct = table.clone();
+  ct.requires_grad_(true);
+  Tensor ge = embedding(ids.to(gpu(0)), gt), ce = embedding(ids, ct);
+  check_close(host(ge), host(ce), 0);
+  Tensor(ge * ge).sum().backward();
+  Tensor(ce * ce).sum().backward();
+  check_close(host(gt.grad()), host(ct.grad()), 1e-6);
 }
 
 TEST_CASE("matmuls with bias and ReLU epilogues run on cuBLASLt, batched ones too", "[gpu]") {

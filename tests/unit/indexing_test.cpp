@@ -144,3 +144,59 @@ TEST_CASE("gradients of pad, cat and strided slices are pads and windows", "[ind
   (z.slice(0, 1, 9, 3) * tensor({1., 10., 100.})).sum().backward();
   CHECK(vals(z.grad()) == std::vector<double>{0, 1, 0, 0, 10, 0, 0, 100, 0, 0});
 }
+
+TEST_CASE("gather, index_select and embedding read at indices, in one kernel with their readers", "[indexing]") {
+  Tensor x = tensor({{10., 11., 12.}, {20., 21., 22.}});
+  same_on_both([&] { return gather(x, 1, tensor({{2, 0}, {1, 1}})); }, {12, 10, 21, 21});
+  same_on_both([&] { return gather(x, 0, tensor({{1, 0, 1}})); }, {20, 11, 22});
+  same_on_both([&] { return index_select(x, 1, tensor({2, 2, 0})); }, {12, 12, 10, 22, 22, 20});
+  same_on_both([&] { return index_select(x, 0, tensor({1})); }, {20, 21, 22});
+  Tensor table = arange(0, 12, 1, DType::f32).reshape({4, 3});
+  Tensor ids = tensor({{3, 0}, {1, 3}});
+  Tensor e = embedding(ids, table);
+  CHECK(e.shape() == Shape{2, 2, 3});
+  CHECK(vals(e) == std::vector<double>{9, 10, 11, 0, 1, 2, 3, 4, 5, 9, 10, 11});
+  // A gather feeding elementwise work is one kernel.
+  Tensor big = rand({50, 64});
+  Tensor rows = tensor({49, 0, 7, 7, 3});
+  big.eval();
+  rows.eval();
+  Tensor y = Tensor(index_select(big, 0, rows) * 2.0).relu();  // the index check runs here
+  reset_cpu_jit_stats();
+  y.eval();
+  if (cpu_backend().name() == "cpu") CHECK(cpu_jit_stats().kernels_launched == 1);
+  std::vector<double> b = vals(big), got = vals(y);
+  const int64_t picks[] = {49, 0, 7, 7, 3};
+  for (int r = 0; r < 5; ++r)
+    for (int c = 0; c < 64; ++c) CHECK(got[static_cast<size_t>(r * 64 + c)] == std::max(0.0, 2 * b[static_cast<size_t>(picks[r] * 64 + c)]));
+}
+
+TEST_CASE("the gradient of a gather adds each row's gradient into the rows it read", "[indexing][autograd]") {
+  Tensor table = tensor({{1., 2.}, {3., 4.}, {5., 6.}});
+  table.requires_grad_(true);
+  Tensor e = embedding(tensor({2, 0, 2, 2}), table);
+  (e * tensor({{1., 10.}, {100., 1000.}, {2., 20.}, {3., 30.}})).sum().backward();
+  // Row 2 was read three times: its gradient is the sum of those rows'.
+  CHECK(vals(table.grad()) == std::vector<double>{100, 1000, 0, 0, 6, 60});
+  Tensor x = tensor({{1., 2., 3.}});
+  x.requires_grad_(true);
+  Tensor g = gather(x, 1, tensor({{2, 2, 0}}));
+  CHECK(g.grad_fn_name() == "GatherBackward0");
+  (g * tensor({{1., 2., 4.}})).sum().backward();
+  CHECK(vals(x.grad()) == std::vector<double>{4, 0, 3});
+}
+
+TEST_CASE("nn::Embedding: PyTorch's weight key, N(0, 1) init and shapes", "[indexing][nn]") {
+  manual_seed(3);
+  nn::Embedding emb(10, 4);
+  auto sd = emb->state_dict();
+  REQUIRE(sd.size() == 1);
+  CHECK(sd.contains("weight"));
+  CHECK(emb->weight.shape() == Shape{10, 4});
+  double m = emb->weight.mean().item<double>();
+  CHECK(std::fabs(m) < 0.6);
+  Tensor out = emb(tensor({{1, 2, 3}}));
+  CHECK(out.shape() == Shape{1, 3, 4});
+  CHECK(vals(out[0][1]) == vals(emb->weight[2]));
+  CHECK(emb->repr() == "Embedding(10, 4)");
+}
