@@ -156,9 +156,11 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::MatMul:
       return {ir::matmul(g, last_two_transposed(a[1])), ir::matmul(last_two_transposed(a[0]), g)};
     case Op::Slice: return {unslice(g, n)};
-    default: break;
+    case Op::Input: case Op::Constant: case Op::Not: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
+    case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
+      break;  // leaves, bool and index results: no gradient
   }
-  return std::vector<NodePtr>(a.size(), nullptr);  // comparisons, argmax, constants: no gradient
+  return std::vector<NodePtr>(a.size(), nullptr);
 }
 
 }  // namespace
@@ -229,18 +231,17 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
 
 std::string grad_fn_name(const ir::Node& n) {
   bool all_axes = static_cast<int64_t>(n.axes.size()) == (n.args.empty() ? 0 : n.args[0]->shape.rank());
-  switch (n.op) {
-    case Op::Sum: return all_axes && !n.keepdim ? "SumBackward0" : "SumBackward1";
-    case Op::Mean: return all_axes && !n.keepdim ? "MeanBackward0" : "MeanBackward1";
-    case Op::Max: return all_axes && !n.keepdim ? "MaxBackward1" : "MaxBackward0";
-    case Op::Min: return all_axes && !n.keepdim ? "MinBackward1" : "MinBackward0";
-    case Op::Reshape: return "ViewBackward0";
-    case Op::Permute: return n.shape.rank() == 2 ? "TBackward0" : "PermuteBackward0";
-    case Op::Cast: return "ToCopyBackward0";
-    case Op::MatMul: return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
-    case Op::Pow: return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
-    default: break;
-  }
+  // PyTorch's names where they are not the op's own name + "Backward0".
+  const bool whole = all_axes && !n.keepdim;
+  if (n.op == Op::Sum) return whole ? "SumBackward0" : "SumBackward1";
+  if (n.op == Op::Mean) return whole ? "MeanBackward0" : "MeanBackward1";
+  if (n.op == Op::Max) return whole ? "MaxBackward1" : "MaxBackward0";
+  if (n.op == Op::Min) return whole ? "MinBackward1" : "MinBackward0";
+  if (n.op == Op::Reshape) return "ViewBackward0";
+  if (n.op == Op::Permute) return n.shape.rank() == 2 ? "TBackward0" : "PermuteBackward0";
+  if (n.op == Op::Cast) return "ToCopyBackward0";
+  if (n.op == Op::MatMul) return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
+  if (n.op == Op::Pow) return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
   std::string name(ir::op_name(n.op));
   name[0] = static_cast<char>(std::toupper(name[0]));
   return name + "Backward0";

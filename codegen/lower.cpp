@@ -164,7 +164,7 @@ struct Builder {
           memo[n].emplace_back(m, id);
           return id;
         }
-        default: throw InternalError("lower_to_kernel_ir: unknown movement op");
+        TESSEL_IR_CASES_NOT_MOVEMENT throw InternalError("lower_to_kernel_ir: unknown movement op");
       }
       id = visit(x, in);
     } else {
@@ -232,7 +232,7 @@ BufferView movement_view(const Node& n, const BufferView& in, const DenseCopy& c
         v.strides[i] = in.strides[i] * n.axes[2 * i + 1];
       }
       return v;
-    default: break;
+    TESSEL_IR_CASES_NOT_MOVEMENT break;
   }
   throw InternalError("movement_view: not a movement op");
 }
