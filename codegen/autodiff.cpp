@@ -106,6 +106,19 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Sqrt: return {bin(Op::Div, g, bin(Op::Mul, scalar(2, dt), self))};
     case Op::Tanh: return {bin(Op::Mul, g, bin(Op::Sub, one(), bin(Op::Mul, self, self)))};
     case Op::Sigmoid: return {bin(Op::Mul, g, bin(Op::Mul, self, bin(Op::Sub, one(), self)))};
+    case Op::Sin: return {bin(Op::Mul, g, ir::unary(Op::Cos, a[0]))};
+    case Op::Cos: return {ir::unary(Op::Neg, bin(Op::Mul, g, ir::unary(Op::Sin, a[0])))};
+    case Op::Erf:  // 2/sqrt(pi) * e^(-x^2)
+      return {bin(Op::Mul, g, bin(Op::Mul, scalar(1.1283791670955126, dt),
+                                   ir::unary(Op::Exp, ir::unary(Op::Neg, bin(Op::Mul, a[0], a[0])))))};
+    case Op::Log1p: return {bin(Op::Div, g, bin(Op::Add, a[0], one()))};
+    case Op::Expm1: return {bin(Op::Mul, g, bin(Op::Add, self, one()))};
+    // From the output, as PyTorch: -1/2 * rsqrt(x)^3 and -reciprocal(x)^2.
+    case Op::Rsqrt:
+      return {bin(Op::Mul, bin(Op::Mul, g, scalar(-0.5, dt)), bin(Op::Mul, self, bin(Op::Mul, self, self)))};
+    case Op::Reciprocal: return {ir::unary(Op::Neg, bin(Op::Mul, g, bin(Op::Mul, self, self)))};
+    // Piecewise constant: zero almost everywhere, as PyTorch.
+    case Op::Sign: case Op::Floor: case Op::Ceil: case Op::Round: return {zeros_like(g)};
     // From the output, as PyTorch's threshold_backward (relu(x) > 0 exactly when
     // x > 0): training then keeps only the activation, not the pre-activation
     // too, and a Linear's bias add fuses into its ReLU.
@@ -156,6 +169,7 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::MatMul:
       return {ir::matmul(g, last_two_transposed(a[1])), ir::matmul(last_two_transposed(a[0]), g)};
     case Op::Slice: return {unslice(g, n)};
+    case Op::IsNan: case Op::IsInf:
     case Op::Input: case Op::Constant: case Op::Not: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
     case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
       break;  // leaves, bool and index results: no gradient
@@ -242,6 +256,7 @@ std::string grad_fn_name(const ir::Node& n) {
   if (n.op == Op::Cast) return "ToCopyBackward0";
   if (n.op == Op::MatMul) return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
   if (n.op == Op::Pow) return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
+  if (n.op == Op::Log1p) return "Log1PBackward0";
   std::string name(ir::op_name(n.op));
   name[0] = static_cast<char>(std::toupper(name[0]));
   return name + "Backward0";

@@ -103,13 +103,17 @@ NodePtr unary(Op op, NodePtr x) {
   }
   if (x->dtype == DType::b8 && (op == Op::Neg))
     throw DTypeError("neg: negation of a bool tensor is not supported; use logical_not (operator!) instead");
+  const bool to_bool = has_trait(op, kBoolResult);
+  // isnan/isinf of an integer: never, as torch.isnan(int_tensor).
+  if (to_bool && !is_floating(x->dtype)) return constant(ScalarValue::of_int(0), DType::b8, x->shape);
   if (is_half(x->dtype)) {
     DType h = x->dtype;
-    return cast(unary(op, cast(std::move(x), DType::f32)), h);
+    NodePtr r = unary(op, cast(std::move(x), DType::f32));
+    return to_bool ? r : cast(std::move(r), h);
   }
   // Integers are cast first, as torch.exp(int_tensor) returns float.
   if (has_trait(op, kFloatOnly) && !is_floating(x->dtype)) x = cast(std::move(x), DType::f32);
-  DType dt = x->dtype;
+  DType dt = to_bool ? DType::b8 : x->dtype;
   Shape s = x->shape;
   return make(op, dt, std::move(s), {std::move(x)});
 }

@@ -62,13 +62,26 @@ enum Trait : uint32_t {
   X(Tanh, Unary, kFloatOnly | kTranscendental, "hyperbolic tangent")                                   \
   X(Sigmoid, Unary, kFloatOnly | kTranscendental, "1 / (1 + e^-x)")                                    \
   X(Relu, Unary, kIntForm | kBoolForm, "max(x, 0)")                                                    \
+  X(Sin, Unary, kFloatOnly | kTranscendental, "sine")                                                  \
+  X(Cos, Unary, kFloatOnly | kTranscendental, "cosine")                                                \
+  X(Erf, Unary, kFloatOnly | kTranscendental, "error function")                                        \
+  X(Log1p, Unary, kFloatOnly | kTranscendental, "log(1 + x), accurate near 0")                         \
+  X(Expm1, Unary, kFloatOnly | kTranscendental, "e^x - 1, accurate near 0")                            \
+  X(Rsqrt, Unary, kFloatOnly, "1 / sqrt(x)")                                                           \
+  X(Reciprocal, Unary, kFloatOnly, "1 / x")                                                            \
+  X(Sign, Unary, kIntForm | kBoolForm, "-1, 0 or 1; 0 for NaN, as torch.sign")                         \
+  X(Floor, Unary, kIntForm | kBoolForm, "round down (integers unchanged)")                             \
+  X(Ceil, Unary, kIntForm | kBoolForm, "round up (integers unchanged)")                                \
+  X(Round, Unary, kIntForm | kBoolForm, "round half to even, as torch.round (integers unchanged)")     \
+  X(IsNan, Unary, kBoolResult | kNoGrad, "x is NaN -> bool (of floats; integers never are)")           \
+  X(IsInf, Unary, kBoolResult | kNoGrad, "x is +-inf -> bool (of floats; integers never are)")         \
   X(Not, Unary, kIntForm | kBoolForm | kBoolResult | kNoGrad, "logical not (bool)")                    \
   X(Cast, Unary, kIntForm | kBoolForm, "convert to the node's dtype")                                  \
   /* elementwise, two args */                                                                          \
   X(Add, Binary, kIntForm | kBoolForm, "a + b")                                                        \
   X(Sub, Binary, kIntForm, "a - b")                                                                    \
   X(Mul, Binary, kIntForm | kBoolForm, "a * b")                                                        \
-  X(Div, Binary, kFloatOnly, "a / b (true division: float result)")                                   \
+  X(Div, Binary, kFloatOnly, "a / b (true division: float result)")                                    \
   X(Pow, Binary, kTranscendental, "a ^ b")                                                             \
   X(Maximum, Binary, kIntForm | kBoolForm, "elementwise max (NaN-propagating)")                        \
   X(Minimum, Binary, kIntForm | kBoolForm, "elementwise min (NaN-propagating)")                        \
@@ -101,6 +114,12 @@ enum class Op : uint8_t {
   TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
 };
+
+/// How many node kinds there are: Op values are 0 .. kNumOps - 1.
+inline constexpr int kNumOps = 0
+#define TESSEL_X(name, cat, traits, doc) +1
+    TESSEL_IR_NODE_KINDS(TESSEL_X);
+#undef TESSEL_X
 
 enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Contraction };
 

@@ -214,6 +214,37 @@ struct Emitter {
         if (f) return b.CreateSelect(b.CreateFCmpUGT(x, zero(t)), x, zero(t));
         if (i) return b.CreateSelect(b.CreateICmpSGT(x, zero(t)), x, zero(t));
         break;
+      // libm calls, as the ref interpreter's std:: functions, so results match it bit for bit.
+      case Op::Sin: if (f) return call_math("sin", x); break;
+      case Op::Cos: if (f) return call_math("cos", x); break;
+      case Op::Erf: if (f) return call_math("erf", x); break;
+      case Op::Log1p: if (f) return call_math("log1p", x); break;
+      case Op::Expm1: if (f) return call_math("expm1", x); break;
+      case Op::Rsqrt: if (f) return b.CreateFDiv(fconst(t, 1.0), intrinsic(llvm::Intrinsic::sqrt, {x})); break;
+      case Op::Reciprocal: if (f) return b.CreateFDiv(fconst(t, 1.0), x); break;
+      case Op::Sign:
+        if (u) return x;
+        if (f) return b.CreateFSub(b.CreateUIToFP(b.CreateFCmpOGT(x, zero(t)), cty(t)),
+                                   b.CreateUIToFP(b.CreateFCmpOLT(x, zero(t)), cty(t)));
+        if (i) return b.CreateSub(b.CreateZExt(b.CreateICmpSGT(x, zero(t)), cty(t)),
+                                  b.CreateZExt(b.CreateICmpSLT(x, zero(t)), cty(t)));
+        break;
+      case Op::Floor:
+        if (u || i) return x;
+        if (f) return intrinsic(llvm::Intrinsic::floor, {x});
+        break;
+      case Op::Ceil:
+        if (u || i) return x;
+        if (f) return intrinsic(llvm::Intrinsic::ceil, {x});
+        break;
+      case Op::Round:  // rint in the default rounding mode: half to even
+        if (u || i) return x;
+        if (f) return intrinsic(llvm::Intrinsic::rint, {x});
+        break;
+      case Op::IsNan: if (f) return b.CreateFCmpUNO(x, x); break;
+      case Op::IsInf:
+        if (f) return b.CreateFCmpOEQ(intrinsic(llvm::Intrinsic::fabs, {x}), fconst(t, INFINITY));
+        break;
       case Op::Not:
         if (u) return b.CreateNot(x);
         if (f) return b.CreateSelect(b.CreateFCmpOEQ(x, zero(t)), fconst(t, 1.0), zero(t));

@@ -111,6 +111,30 @@ std::string elementwise_expr(Op op, DType t, DType out, const std::vector<std::s
       if (f) return fmt::format("(({0} > {1} || {0} != {0}) ? {0} : {1})", x, z);  // NaN stays NaN
       if (i) return fmt::format("({0} > 0 ? {0} : ({1})0)", x, T);
       break;
+    case Op::Sin: if (f) return fmt::format("ts::sin({})", x); break;
+    case Op::Cos: if (f) return fmt::format("ts::cos({})", x); break;
+    case Op::Erf: if (f) return fmt::format("ts::erf({})", x); break;
+    case Op::Log1p: if (f) return fmt::format("ts::log1p({})", x); break;
+    case Op::Expm1: if (f) return fmt::format("ts::expm1({})", x); break;
+    case Op::Rsqrt: if (f) return fmt::format("ts::rsqrt({})", x); break;
+    case Op::Reciprocal: if (f) return fmt::format("({} / {})", one, x); break;
+    case Op::Sign:
+      if (u) return x;
+      return fmt::format("(({2})(({1} < {0}) - ({0} < {1})))", x, z, T);
+    case Op::Floor:
+      if (u || i) return x;
+      if (f) return fmt::format("ts::floor({})", x);
+      break;
+    case Op::Ceil:
+      if (u || i) return x;
+      if (f) return fmt::format("ts::ceil({})", x);
+      break;
+    case Op::Round:
+      if (u || i) return x;
+      if (f) return fmt::format("ts::round({})", x);  // rint: half to even
+      break;
+    case Op::IsNan: if (f) return fmt::format("({0} != {0})", x); break;
+    case Op::IsInf: if (f) return fmt::format("(ts::abs({}) == ts::inf_f64())", x); break;
     case Op::Not:
       if (u) return fmt::format("(!{})", x);
       if (f) return fmt::format("({0} == {1} ? {2} : {1})", x, z, one);

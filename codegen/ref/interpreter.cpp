@@ -67,7 +67,8 @@ void store_double(DType dst, std::byte* p, double v, int64_t iv, bool use_int) {
 // Bool operands have the logical forms only (kBoolForm; builders compute
 // the rest on a number type).
 bool bool_apply(Op op, bool x, bool y) {
-  if (op == Op::Abs || op == Op::Relu) return x;
+  if (op == Op::Abs || op == Op::Relu || op == Op::Sign || op == Op::Floor || op == Op::Ceil || op == Op::Round)
+    return x;
   if (op == Op::Not) return !x;
   if (op == Op::Add || op == Op::Or || op == Op::Maximum) return x || y;
   if (op == Op::Mul || op == Op::And || op == Op::Minimum) return x && y;
@@ -96,6 +97,27 @@ T apply(Op op, T x, T y) {
       case Op::Tanh: return static_cast<T>(std::tanh(x));
       case Op::Sigmoid: return static_cast<T>(T(1) / (T(1) + static_cast<T>(std::exp(-x))));
       case Op::Relu: return (x > T(0) || x != x) ? x : T(0);
+      case Op::Sin: return static_cast<T>(std::sin(x));
+      case Op::Cos: return static_cast<T>(std::cos(x));
+      case Op::Erf: return static_cast<T>(std::erf(x));
+      case Op::Log1p: return static_cast<T>(std::log1p(x));
+      case Op::Expm1: return static_cast<T>(std::expm1(x));
+      case Op::Rsqrt: return static_cast<T>(T(1) / static_cast<T>(std::sqrt(x)));
+      case Op::Reciprocal: return static_cast<T>(T(1) / x);
+      case Op::Sign: return static_cast<T>((T(0) < x) - (x < T(0)));
+      case Op::Floor:
+        if constexpr (std::is_integral_v<T>) return x;
+        else return std::floor(x);
+      case Op::Ceil:
+        if constexpr (std::is_integral_v<T>) return x;
+        else return std::ceil(x);
+      case Op::Round:  // rint: the default rounding mode, half to even
+        if constexpr (std::is_integral_v<T>) return x;
+        else return std::rint(x);
+      case Op::IsNan: return static_cast<T>(x != x);
+      case Op::IsInf:
+        if constexpr (std::is_integral_v<T>) return T(0);
+        else return static_cast<T>(std::isinf(x));
       case Op::Not: return static_cast<T>(x == T(0));
       case Op::Add: return static_cast<T>(x + y);
       case Op::Sub: return static_cast<T>(x - y);
@@ -179,6 +201,7 @@ class Interpreter {
   }
 
   static BufferView unary(const Node& n, const BufferView& in) {
+    if (n.dtype != n.args[0]->dtype) return predicate(n, in);
     BufferView out = host_dense(n.dtype, n.shape);
     dispatch(n.dtype, [&](auto tag) {
       using T = decltype(tag);
@@ -193,6 +216,22 @@ class Interpreter {
           for (int64_t k = 0; k < len; ++k) po[k] = apply<T>(op, pa[k], T{});
         else
           for (int64_t k = 0; k < len; ++k) po[k] = apply<T>(op, pa[k * st[1]], T{});
+      });
+    });
+    return out;
+  }
+
+  // A unary op with a bool result on a number (isnan, isinf).
+  static BufferView predicate(const Node& n, const BufferView& in) {
+    BufferView out = host_dense(DType::b8, n.shape);
+    dispatch(n.args[0]->dtype, [&](auto tag) {
+      using T = decltype(tag);
+      bool* o = out.ptr<bool>();
+      const T* a = in.ptr<T>();
+      Op op = n.op;
+      StridedLoop<2> loop(n.shape, {&out.strides, &in.strides});
+      loop.run([&](auto off, auto st, int64_t len) {
+        for (int64_t k = 0; k < len; ++k) o[off[0] + k] = apply<T>(op, a[off[1] + k * st[1]], T{}) != T(0);
       });
     });
     return out;
