@@ -119,6 +119,19 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Sqrt: return {bin(Op::Div, g, bin(Op::Mul, scalar(2, dt), self))};
     case Op::Tanh: return {bin(Op::Mul, g, bin(Op::Sub, one(), bin(Op::Mul, self, self)))};
     case Op::Sigmoid: return {bin(Op::Mul, g, bin(Op::Mul, self, bin(Op::Sub, one(), self)))};
+    case Op::Sin: return {bin(Op::Mul, g, ir::unary(Op::Cos, a[0]))};
+    case Op::Cos: return {ir::unary(Op::Neg, bin(Op::Mul, g, ir::unary(Op::Sin, a[0])))};
+    case Op::Erf:  // 2/sqrt(pi) * e^(-x^2)
+      return {bin(Op::Mul, g, bin(Op::Mul, scalar(1.1283791670955126, dt),
+                                   ir::unary(Op::Exp, ir::unary(Op::Neg, bin(Op::Mul, a[0], a[0])))))};
+    case Op::Log1p: return {bin(Op::Div, g, bin(Op::Add, a[0], one()))};
+    case Op::Expm1: return {bin(Op::Mul, g, bin(Op::Add, self, one()))};
+    // From the output, as PyTorch: -1/2 * rsqrt(x)^3 and -reciprocal(x)^2.
+    case Op::Rsqrt:
+      return {bin(Op::Mul, bin(Op::Mul, g, scalar(-0.5, dt)), bin(Op::Mul, self, bin(Op::Mul, self, self)))};
+    case Op::Reciprocal: return {ir::unary(Op::Neg, bin(Op::Mul, g, bin(Op::Mul, self, self)))};
+    // Piecewise constant: zero almost everywhere, as PyTorch.
+    case Op::Sign: case Op::Floor: case Op::Ceil: case Op::Round: return {zeros_like(g)};
     // From the output, as PyTorch's threshold_backward (relu(x) > 0 exactly when
     // x > 0): training then keeps only the activation, not the pre-activation
     // too, and a Linear's bias add fuses into its ReLU.
@@ -173,9 +186,12 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Cat: return uncat(g, n);
     case Op::Gather: return {ir::scatter_add(g, a[1], n.axes[0], a[0]->shape), nullptr};
     case Op::ScatterAdd: return {ir::gather(g, a[1], n.axes[0]), nullptr};
-    default: break;
+    case Op::IsNan: case Op::IsInf: case Op::Iota:
+    case Op::Input: case Op::Constant: case Op::Not: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
+    case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
+      break;  // leaves, bool and index results: no gradient
   }
-  return std::vector<NodePtr>(a.size(), nullptr);  // comparisons, argmax, constants: no gradient
+  return std::vector<NodePtr>(a.size(), nullptr);
 }
 
 }  // namespace
@@ -246,20 +262,20 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
 
 std::string grad_fn_name(const ir::Node& n) {
   bool all_axes = static_cast<int64_t>(n.axes.size()) == (n.args.empty() ? 0 : n.args[0]->shape.rank());
-  switch (n.op) {
-    case Op::Sum: return all_axes && !n.keepdim ? "SumBackward0" : "SumBackward1";
-    case Op::Mean: return all_axes && !n.keepdim ? "MeanBackward0" : "MeanBackward1";
-    case Op::Max: return all_axes && !n.keepdim ? "MaxBackward1" : "MaxBackward0";
-    case Op::Min: return all_axes && !n.keepdim ? "MinBackward1" : "MinBackward0";
-    case Op::Reshape: return "ViewBackward0";
-    case Op::Permute: return n.shape.rank() == 2 ? "TBackward0" : "PermuteBackward0";
-    case Op::Cast: return "ToCopyBackward0";
-    case Op::MatMul: return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
-    case Op::Pow: return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
-    case Op::Pad: return "ConstantPadNdBackward0";
-    case Op::ScatterAdd: return "ScatterAddBackward0";
-    default: break;
-  }
+  // PyTorch's names where they are not the op's own name + "Backward0".
+  const bool whole = all_axes && !n.keepdim;
+  if (n.op == Op::Sum) return whole ? "SumBackward0" : "SumBackward1";
+  if (n.op == Op::Mean) return whole ? "MeanBackward0" : "MeanBackward1";
+  if (n.op == Op::Max) return whole ? "MaxBackward1" : "MaxBackward0";
+  if (n.op == Op::Min) return whole ? "MinBackward1" : "MinBackward0";
+  if (n.op == Op::Reshape) return "ViewBackward0";
+  if (n.op == Op::Permute) return n.shape.rank() == 2 ? "TBackward0" : "PermuteBackward0";
+  if (n.op == Op::Cast) return "ToCopyBackward0";
+  if (n.op == Op::MatMul) return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
+  if (n.op == Op::Pow) return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
+  if (n.op == Op::Log1p) return "Log1PBackward0";
+  if (n.op == Op::Pad) return "ConstantPadNdBackward0";
+  if (n.op == Op::ScatterAdd) return "ScatterAddBackward0";
   std::string name(ir::op_name(n.op));
   name[0] = static_cast<char>(std::toupper(name[0]));
   return name + "Backward0";

@@ -23,19 +23,13 @@ NodePtr make(Op op, DType dt, Shape shape, std::vector<NodePtr> args) {
     rg = rg || a->requires_grad;
     if (!a->realized()) below = std::max(below, a->depth);
   }
-  n->requires_grad = rg && grad_enabled();
+  n->requires_grad = rg && grad_enabled() && !has_trait(op, kNoGrad);
   n->depth = below + 1;
   n->args = std::move(args);
   return n;
 }
 
 bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
-
-// Unary ops that only make sense on floating values: integers are cast first,
-// as torch.exp(int_tensor) returns float.
-bool needs_float(Op op) {
-  return op == Op::Exp || op == Op::Log || op == Op::Sqrt || op == Op::Tanh || op == Op::Sigmoid;
-}
 
 // An operand converted to the compute dtype. A scalar constant typed as a
 // half format (half_tensor * 0.1) keeps its exact value in the f32
@@ -105,18 +99,21 @@ NodePtr unary(Op op, NodePtr x) {
   TESSEL_ASSERT("builders", op_category(op) == Category::Unary && op != Op::Cast);
   if (op == Op::Not) {
     Shape s = x->shape;
-    NodePtr n = make(op, DType::b8, std::move(s), {cast(std::move(x), DType::b8)});
-    n->requires_grad = false;
-    return n;
+    return make(op, DType::b8, std::move(s), {cast(std::move(x), DType::b8)});
   }
   if (x->dtype == DType::b8 && (op == Op::Neg))
     throw DTypeError("neg: negation of a bool tensor is not supported; use logical_not (operator!) instead");
+  const bool to_bool = has_trait(op, kBoolResult);
+  // isnan/isinf of an integer: never, as torch.isnan(int_tensor).
+  if (to_bool && !is_floating(x->dtype)) return constant(ScalarValue::of_int(0), DType::b8, x->shape);
   if (is_half(x->dtype)) {
     DType h = x->dtype;
-    return cast(unary(op, cast(std::move(x), DType::f32)), h);
+    NodePtr r = unary(op, cast(std::move(x), DType::f32));
+    return to_bool ? r : cast(std::move(r), h);
   }
-  if (needs_float(op) && !is_floating(x->dtype)) x = cast(std::move(x), DType::f32);
-  DType dt = x->dtype;
+  // Integers are cast first, as torch.exp(int_tensor) returns float.
+  if (has_trait(op, kFloatOnly) && !is_floating(x->dtype)) x = cast(std::move(x), DType::f32);
+  DType dt = to_bool ? DType::b8 : x->dtype;
   Shape s = x->shape;
   return make(op, dt, std::move(s), {std::move(x)});
 }
@@ -148,17 +145,13 @@ NodePtr binary(Op op, NodePtr a, NodePtr b) {
   Shape out = broadcast_shapes(name, a->shape, b->shape);
   DType common = promote(a->dtype, b->dtype);
   if (op == Op::And || op == Op::Or) common = DType::b8;
-  if (op == Op::Div && !is_floating(common)) common = DType::f32;  // true division
+  if (has_trait(op, kFloatOnly) && !is_floating(common)) common = DType::f32;  // true division
   if (op == Op::Sub && common == DType::b8)
     throw DTypeError("sub: subtraction of two bool tensors is not supported; use logical_xor semantics via != instead");
   DType compute = compute_dtype(common);
   a = expand(to_compute(std::move(a), compute), out);
   b = expand(to_compute(std::move(b), compute), out);
-  if (cat == Category::Compare) {  // a bool result has no gradient
-    NodePtr c = make(op, DType::b8, std::move(out), {std::move(a), std::move(b)});
-    c->requires_grad = false;
-    return c;
-  }
+  if (has_trait(op, kBoolResult)) return make(op, DType::b8, std::move(out), {std::move(a), std::move(b)});
   NodePtr r = make(op, compute, std::move(out), {std::move(a), std::move(b)});
   return cast(std::move(r), common);
 }
@@ -202,9 +195,9 @@ NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
   if ((op == Op::Max || op == Op::Min || op == Op::ArgMax) && count == 0)
     throw ValueError(fmt::format("{}: cannot reduce over an empty dimension (shape {}); there is no identity for {}",
                                  name, x->shape.str(), name));
-  if (op == Op::Mean && !is_floating(x->dtype))
+  if (has_trait(op, kFloatOnly) && !is_floating(x->dtype))
     throw DTypeError(fmt::format(
-        "mean: input dtype is {}, but mean needs a floating dtype; cast first, e.g. x.to(DType::f32).mean()",
+        "{0}: input dtype is {1}, but {0} needs a floating dtype; cast first, e.g. x.to(DType::f32).{0}()", name,
         dtype_name(x->dtype)));
   DType result = x->dtype;
   if (op == Op::Sum && !is_floating(x->dtype)) result = DType::i64;
@@ -223,7 +216,6 @@ NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
   NodePtr n = make(op, result, Shape(std::move(out)), {std::move(x)});
   n->axes = std::move(axes);
   n->keepdim = keepdim;
-  if (op == Op::ArgMax) n->requires_grad = false;
   return n;
 }
 

@@ -36,7 +36,7 @@ Node::~Node() {
 
 std::string_view op_name(Op op) {
   static const std::string names[] = {
-#define TESSEL_X(name, cat, doc) [] { std::string s = #name; for (char& c : s) c = static_cast<char>(std::tolower(c)); return s; }(),
+#define TESSEL_X(name, cat, traits, doc) [] { std::string s = #name; for (char& c : s) c = static_cast<char>(std::tolower(c)); return s; }(),
       TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
   };
@@ -45,11 +45,20 @@ std::string_view op_name(Op op) {
 
 Category op_category(Op op) {
   static constexpr Category cats[] = {
-#define TESSEL_X(name, cat, doc) Category::cat,
+#define TESSEL_X(name, cat, traits, doc) Category::cat,
       TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
   };
   return cats[static_cast<size_t>(op)];
+}
+
+uint32_t op_traits(Op op) {
+  static constexpr uint32_t traits[] = {
+#define TESSEL_X(name, cat, t, doc) static_cast<uint32_t>(t),
+      TESSEL_IR_NODE_KINDS(TESSEL_X)
+#undef TESSEL_X
+  };
+  return traits[static_cast<size_t>(op)];
 }
 
 std::vector<Node*> topo_order(const std::vector<NodePtr>& roots) {
@@ -81,14 +90,12 @@ std::vector<Node*> topo_order(const std::vector<NodePtr>& roots) {
 namespace {
 
 std::string attrs(const Node& n) {
-  switch (n.op) {
-    case Op::Constant: return n.value.is_int ? fmt::format(" {}", n.value.i) : fmt::format(" {}", n.value.f);
-    case Op::Permute: return fmt::format(" order=[{}]", fmt::join(n.axes, ", "));
-    case Op::Slice: return fmt::format(" start_step=[{}]", fmt::join(n.axes, ", "));
-    case Op::Iota: case Op::Cat: case Op::Gather: case Op::ScatterAdd: return fmt::format(" axis={}", n.axes[0]);
-    case Op::Pad: return fmt::format(" before_after=[{}]", fmt::join(n.axes, ", "));
-    default: break;
-  }
+  if (n.op == Op::Constant) return n.value.is_int ? fmt::format(" {}", n.value.i) : fmt::format(" {}", n.value.f);
+  if (n.op == Op::Permute) return fmt::format(" order=[{}]", fmt::join(n.axes, ", "));
+  if (n.op == Op::Slice) return fmt::format(" start_step=[{}]", fmt::join(n.axes, ", "));
+  if (n.op == Op::Iota || n.op == Op::Cat || n.op == Op::Gather || n.op == Op::ScatterAdd)
+    return fmt::format(" axis={}", n.axes[0]);
+  if (n.op == Op::Pad) return fmt::format(" before_after=[{}]", fmt::join(n.axes, ", "));
   if (is_reduction(n.op)) return fmt::format(" axes=[{}]{}", fmt::join(n.axes, ", "), n.keepdim ? " keepdim" : "");
   return {};
 }

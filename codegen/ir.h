@@ -25,72 +25,117 @@
 
 namespace tessel::ir {
 
-// X(name, category, one-line meaning). The one list of node kinds.
-#define TESSEL_IR_NODE_KINDS(X)                                                  \
-  /* leaves */                                                                   \
-  X(Input, Leaf, "a realized buffer: storage + offset + strides")                \
-  X(Constant, Leaf, "one scalar value splatted over the node's shape")           \
-  /* elementwise, one arg */                                                     \
-  X(Neg, Unary, "-x")                                                            \
-  X(Abs, Unary, "|x|")                                                           \
-  X(Exp, Unary, "e^x")                                                           \
-  X(Log, Unary, "natural log")                                                   \
-  X(Sqrt, Unary, "square root")                                                  \
-  X(Tanh, Unary, "hyperbolic tangent")                                           \
-  X(Sigmoid, Unary, "1 / (1 + e^-x)")                                            \
-  X(Relu, Unary, "max(x, 0)")                                                    \
-  X(Not, Unary, "logical not (bool)")                                            \
-  X(Cast, Unary, "convert to the node's dtype")                                  \
-  /* elementwise, two args */                                                    \
-  X(Add, Binary, "a + b")                                                        \
-  X(Sub, Binary, "a - b")                                                        \
-  X(Mul, Binary, "a * b")                                                        \
-  X(Div, Binary, "a / b (true division: float result)")                         \
-  X(Pow, Binary, "a ^ b")                                                        \
-  X(Maximum, Binary, "elementwise max (NaN-propagating)")                        \
-  X(Minimum, Binary, "elementwise min (NaN-propagating)")                        \
-  X(Eq, Compare, "a == b -> bool")                                               \
-  X(Ne, Compare, "a != b -> bool")                                               \
-  X(Lt, Compare, "a < b -> bool")                                                \
-  X(Le, Compare, "a <= b -> bool")                                               \
-  X(Gt, Compare, "a > b -> bool")                                                \
-  X(Ge, Compare, "a >= b -> bool")                                               \
-  X(And, Binary, "logical and (bool)")                                           \
-  X(Or, Binary, "logical or (bool)")                                             \
-  /* elementwise, three args */                                                  \
-  X(Where, Ternary, "cond ? a : b")                                              \
-  /* reductions over `axes` (keepdim keeps them as size 1) */                    \
-  X(Sum, Reduce, "sum; bool/int inputs give i64")                                \
-  X(Mean, Reduce, "arithmetic mean (floating only)")                             \
-  X(Max, Reduce, "maximum")                                                      \
-  X(Min, Reduce, "minimum")                                                      \
-  X(ArgMax, Reduce, "index of the first maximum along one axis -> i64")          \
-  /* movement: a new view of the same elements */                                \
-  X(Reshape, Movement, "same elements, row-major, new shape")                    \
-  X(Permute, Movement, "reorder axes by `axes` (output axis i = input axis axes[i])") \
-  X(Expand, Movement, "broadcast size-1 axes to the node's shape")               \
-  X(Slice, Movement, "strided window: axes = [start0, step0, start1, step1, ...]") \
-  /* indexed: elementwise over the node's shape, reading args at computed */  \
-  /* positions (loads with coordinates and predicates in the kernel IR) */     \
-  X(Iota, Indexed, "each element's index along axes[0] of the node's shape, i64") \
-  X(Pad, Indexed, "args[0] inside, args[1] (a scalar) outside: axes = [before0, after0, ...]") \
-  X(Cat, Indexed, "args side by side along axes[0]")                            \
-  X(Gather, Indexed, "args[0] at args[1]'s values along axes[0] (torch.gather); args[1]'s shape") \
-  /* scatter: accumulates into positions it reads from an index (run by ref) */ \
-  X(ScatterAdd, Scatter, "zeros plus args[0] added at args[1]'s values along axes[0]") \
-  /* contraction */                                                              \
-  X(MatMul, Contraction, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")
+// Op traits: the columns of the node-kind table, queried by the builders, the
+// scheduler and the emitters instead of lists of ops kept in each of them.
+enum Trait : uint32_t {
+  kNoTraits = 0,
+  // Computes on floating values only. Elementwise: builders compute integer
+  // and bool inputs in f32 (torch.exp(int) is float); reductions: integer
+  // input is a DTypeError (torch.mean(int) raises).
+  kFloatOnly = 1u << 0,
+  // A libm call per element: the kernel is compute-bound, so streaming
+  // stores (codegen/cpu/llvm_emitter.h) buy nothing.
+  kTranscendental = 1u << 1,
+  // The kernel emitters have an i32/i64 form (others fall back to ref on integers).
+  kIntForm = 1u << 2,
+  // The ref interpreter and the kernel emitters have a bool form.
+  kBoolForm = 1u << 3,
+  // The result is bool whatever the operands' dtype (comparisons, isnan).
+  kBoolResult = 1u << 4,
+  // No gradient flows through: the result is a bool or an index.
+  kNoGrad = 1u << 5,
+};
+
+// X(name, category, traits, one-line meaning). The one list of node kinds.
+// Traits (above): F float-only, T transcendental, I int form, B bool form,
+// R bool result, G no gradient.
+#define TESSEL_IR_NODE_KINDS(X)                                                                        \
+  /* leaves */                                                                                         \
+  X(Input, Leaf, kNoTraits, "a realized buffer: storage + offset + strides")                           \
+  X(Constant, Leaf, kNoTraits, "one scalar value splatted over the node's shape")                      \
+  /* elementwise, one arg */                                                                           \
+  X(Neg, Unary, kIntForm, "-x")                                                                        \
+  X(Abs, Unary, kIntForm | kBoolForm, "|x|")                                                           \
+  X(Exp, Unary, kFloatOnly | kTranscendental, "e^x")                                                   \
+  X(Log, Unary, kFloatOnly | kTranscendental, "natural log")                                           \
+  X(Sqrt, Unary, kFloatOnly, "square root")                                                            \
+  X(Tanh, Unary, kFloatOnly | kTranscendental, "hyperbolic tangent")                                   \
+  X(Sigmoid, Unary, kFloatOnly | kTranscendental, "1 / (1 + e^-x)")                                    \
+  X(Relu, Unary, kIntForm | kBoolForm, "max(x, 0)")                                                    \
+  X(Sin, Unary, kFloatOnly | kTranscendental, "sine")                                                  \
+  X(Cos, Unary, kFloatOnly | kTranscendental, "cosine")                                                \
+  X(Erf, Unary, kFloatOnly | kTranscendental, "error function")                                        \
+  X(Log1p, Unary, kFloatOnly | kTranscendental, "log(1 + x), accurate near 0")                         \
+  X(Expm1, Unary, kFloatOnly | kTranscendental, "e^x - 1, accurate near 0")                            \
+  X(Rsqrt, Unary, kFloatOnly, "1 / sqrt(x)")                                                           \
+  X(Reciprocal, Unary, kFloatOnly, "1 / x")                                                            \
+  X(Sign, Unary, kIntForm | kBoolForm, "-1, 0 or 1; 0 for NaN, as torch.sign")                         \
+  X(Floor, Unary, kIntForm | kBoolForm, "round down (integers unchanged)")                             \
+  X(Ceil, Unary, kIntForm | kBoolForm, "round up (integers unchanged)")                                \
+  X(Round, Unary, kIntForm | kBoolForm, "round half to even, as torch.round (integers unchanged)")     \
+  X(IsNan, Unary, kBoolResult | kNoGrad, "x is NaN -> bool (of floats; integers never are)")           \
+  X(IsInf, Unary, kBoolResult | kNoGrad, "x is +-inf -> bool (of floats; integers never are)")         \
+  X(Not, Unary, kIntForm | kBoolForm | kBoolResult | kNoGrad, "logical not (bool)")                    \
+  X(Cast, Unary, kIntForm | kBoolForm, "convert to the node's dtype")                                  \
+  /* elementwise, two args */                                                                          \
+  X(Add, Binary, kIntForm | kBoolForm, "a + b")                                                        \
+  X(Sub, Binary, kIntForm, "a - b")                                                                    \
+  X(Mul, Binary, kIntForm | kBoolForm, "a * b")                                                        \
+  X(Div, Binary, kFloatOnly, "a / b (true division: float result)")                                    \
+  X(Pow, Binary, kTranscendental, "a ^ b")                                                             \
+  X(Maximum, Binary, kIntForm | kBoolForm, "elementwise max (NaN-propagating)")                        \
+  X(Minimum, Binary, kIntForm | kBoolForm, "elementwise min (NaN-propagating)")                        \
+  X(Eq, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a == b -> bool")                       \
+  X(Ne, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a != b -> bool")                       \
+  X(Lt, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a < b -> bool")                        \
+  X(Le, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a <= b -> bool")                       \
+  X(Gt, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a > b -> bool")                        \
+  X(Ge, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a >= b -> bool")                       \
+  X(And, Binary, kIntForm | kBoolForm, "logical and (bool)")                                           \
+  X(Or, Binary, kIntForm | kBoolForm, "logical or (bool)")                                             \
+  /* elementwise, three args */                                                                        \
+  X(Where, Ternary, kIntForm | kBoolForm, "cond ? a : b")                                              \
+  /* reductions over `axes` (keepdim keeps them as size 1) */                                          \
+  X(Sum, Reduce, kNoTraits, "sum; bool/int inputs give i64")                                           \
+  X(Mean, Reduce, kFloatOnly, "arithmetic mean (floating only)")                                       \
+  X(Max, Reduce, kNoTraits, "maximum")                                                                 \
+  X(Min, Reduce, kNoTraits, "minimum")                                                                 \
+  X(ArgMax, Reduce, kNoGrad, "index of the first maximum along one axis -> i64")                       \
+  /* movement: a new view of the same elements */                                                      \
+  X(Reshape, Movement, kNoTraits, "same elements, row-major, new shape")                               \
+  X(Permute, Movement, kNoTraits, "reorder axes by `axes` (output axis i = input axis axes[i])")       \
+  X(Expand, Movement, kNoTraits, "broadcast size-1 axes to the node's shape")                          \
+  X(Slice, Movement, kNoTraits, "strided window: axes = [start0, step0, start1, step1, ...]")          \
+  /* indexed: elementwise over the node's shape, reading args at computed positions */              \
+  /* (loads with coordinates and predicates in the kernel IR) */                                      \
+  X(Iota, Indexed, kIntForm | kNoGrad, "each element's index along axes[0] of the node's shape, i64")  \
+  X(Pad, Indexed, kIntForm | kBoolForm, "args[0] inside, args[1] (a scalar) outside: axes = [before0, after0, ...]") \
+  X(Cat, Indexed, kIntForm | kBoolForm, "args side by side along axes[0]")                             \
+  X(Gather, Indexed, kIntForm | kBoolForm, "args[0] at args[1]'s values along axes[0] (torch.gather)") \
+  /* scatter: accumulates into positions it reads from an index (run by ref, in order) */            \
+  X(ScatterAdd, Scatter, kIntForm | kBoolForm, "zeros plus args[0] added at args[1]'s values along axes[0]") \
+  /* contraction */                                                                                    \
+  X(MatMul, Contraction, kNoTraits, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")
 
 enum class Op : uint8_t {
-#define TESSEL_X(name, cat, doc) name,
+#define TESSEL_X(name, cat, traits, doc) name,
   TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
 };
+
+/// How many node kinds there are: Op values are 0 .. kNumOps - 1.
+inline constexpr int kNumOps = 0
+#define TESSEL_X(name, cat, traits, doc) +1
+    TESSEL_IR_NODE_KINDS(TESSEL_X);
+#undef TESSEL_X
 
 enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Indexed, Scatter, Contraction };
 
 std::string_view op_name(Op op);   // "add", "matmul"
 Category op_category(Op op);
+/// The op's traits column (a set of Trait bits).
+uint32_t op_traits(Op op);
+inline bool has_trait(Op op, Trait t) { return (op_traits(op) & t) != 0; }
 inline bool is_elementwise(Op op) {
   Category c = op_category(op);
   return c == Category::Unary || c == Category::Binary || c == Category::Compare || c == Category::Ternary;
@@ -98,6 +143,67 @@ inline bool is_elementwise(Op op) {
 inline bool is_reduction(Op op) { return op_category(op) == Category::Reduce; }
 /// Computed per output element in a fused kernel: elementwise or indexed.
 inline bool is_pointwise(Op op) { return is_elementwise(op) || op_category(op) == Category::Indexed; }
+
+// Case labels generated from the table, for a switch that handles one group
+// of ops and must still name every other op: switches over Op have no
+// `default:`, so an op of the group that a switch forgets is a -Wswitch
+// error, while ops outside the group never need it edited.
+//   switch (op) { case Op::Reshape: ...; TESSEL_IR_CASES_NOT_MOVEMENT break; }
+#define TESSEL_IR_CASE_UNLESS(name, cat, group) TESSEL_IR_CASE_UNLESS_##group##_##cat(name)
+#define TESSEL_IR_CASE_LABEL(name) case ::tessel::ir::Op::name:
+#define TESSEL_IR_CASE_NONE(name)
+// Not elementwise: leaves, reductions, movement, indexed, scatter, contraction.
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Leaf TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Unary TESSEL_IR_CASE_NONE
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Binary TESSEL_IR_CASE_NONE
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Compare TESSEL_IR_CASE_NONE
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Ternary TESSEL_IR_CASE_NONE
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Reduce TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Movement TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Contraction TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Indexed TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Elementwise_Scatter TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_NOT_ELEMENTWISE(name, cat, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Elementwise)
+#define TESSEL_IR_CASES_NOT_ELEMENTWISE TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_ELEMENTWISE)
+// Not movement.
+#define TESSEL_IR_CASE_UNLESS_Movement_Leaf TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Movement_Unary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Movement_Binary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Movement_Compare TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Movement_Ternary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Movement_Reduce TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Movement_Movement TESSEL_IR_CASE_NONE
+#define TESSEL_IR_CASE_UNLESS_Movement_Contraction TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Movement_Indexed TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Movement_Scatter TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_NOT_MOVEMENT(name, cat, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Movement)
+#define TESSEL_IR_CASES_NOT_MOVEMENT TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_MOVEMENT)
+// Not reductions.
+#define TESSEL_IR_CASE_UNLESS_Reduce_Leaf TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Reduce_Unary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Reduce_Binary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Reduce_Compare TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Reduce_Ternary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Reduce_Reduce TESSEL_IR_CASE_NONE
+#define TESSEL_IR_CASE_UNLESS_Reduce_Movement TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Reduce_Contraction TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Reduce_Indexed TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Reduce_Scatter TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_NOT_REDUCE(name, cat, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Reduce)
+#define TESSEL_IR_CASES_NOT_REDUCE TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_REDUCE)
+// Not indexed.
+#define TESSEL_IR_CASE_UNLESS_Indexed_Leaf TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Indexed_Unary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Indexed_Binary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Indexed_Compare TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Indexed_Ternary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Indexed_Reduce TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Indexed_Movement TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Indexed_Indexed TESSEL_IR_CASE_NONE
+#define TESSEL_IR_CASE_UNLESS_Indexed_Scatter TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Indexed_Contraction TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_NOT_INDEXED(name, cat, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Indexed)
+#define TESSEL_IR_CASES_NOT_INDEXED TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_INDEXED)
 
 /// A realized strided view of memory: what an Input holds and what a
 /// realized node caches. Strides and offset are in elements.

@@ -230,7 +230,7 @@ struct Builder {
           memo[n].push_back({m, pred, id});
           return id;
         }
-        default: throw InternalError("lower_to_kernel_ir: unknown movement op");
+        TESSEL_IR_CASES_NOT_MOVEMENT throw InternalError("lower_to_kernel_ir: unknown movement op");
       }
       id = visit(x, in);
     } else {
@@ -291,7 +291,7 @@ struct Builder {
         int ok = within(in[ax], true, 0, true, x->shape.dims[ax]);
         return visit_under(ok, x, in);
       }
-      default: break;
+      TESSEL_IR_CASES_NOT_INDEXED break;
     }
     throw InternalError(fmt::format("lower_to_kernel_ir: {} is not an indexed op", ir::op_name(n->op)));
   }
@@ -354,7 +354,7 @@ BufferView movement_view(const Node& n, const BufferView& in, const DenseCopy& c
         v.strides[i] = in.strides[i] * n.axes[2 * i + 1];
       }
       return v;
-    default: break;
+    TESSEL_IR_CASES_NOT_MOVEMENT break;
   }
   throw InternalError("movement_view: not a movement op");
 }

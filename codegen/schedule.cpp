@@ -67,27 +67,14 @@ bool kernel_supports(const Node& n) {
   if (n.op == Op::Constant) return true;
   if (ir::op_category(n.op) == Category::Indexed) return true;  // selects and index arithmetic: any dtype
   if (!ir::is_elementwise(n.op)) return false;
-  DType t = n.op == Op::Where || n.op == Op::Cast || ir::op_category(n.op) == Category::Compare ? n.args.back()->dtype
-                                                                                                : n.dtype;
+  // The operands' dtype: what the emitted code computes on.
+  DType t = n.op == Op::Where || n.op == Op::Cast || ir::has_trait(n.op, ir::kBoolResult) ? n.args.back()->dtype
+                                                                                         : n.dtype;
   if (n.op == Op::Cast) return !half(n.dtype) && !half(n.args[0]->dtype);
   if (n.op == Op::Where) return true;  // a select works on any storage type
-  if (t == DType::b8) {
-    switch (n.op) {
-      case Op::Abs: case Op::Relu: case Op::Not: case Op::Add: case Op::Or: case Op::Maximum:
-      case Op::Mul: case Op::And: case Op::Minimum: case Op::Eq: case Op::Ne: case Op::Lt:
-      case Op::Le: case Op::Gt: case Op::Ge:
-        return true;
-      default: return false;
-    }
-  }
+  if (t == DType::b8) return ir::has_trait(n.op, ir::kBoolForm);
   if (!arith(t)) return false;
-  if (is_integral(t)) {
-    switch (n.op) {
-      case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Tanh: case Op::Sigmoid: case Op::Pow: case Op::Div:
-        return false;
-      default: return true;
-    }
-  }
+  if (is_integral(t)) return ir::has_trait(n.op, ir::kIntForm);
   return true;
 }
 
@@ -95,7 +82,7 @@ bool reduce_supports(const Node& n) {
   if (n.op == Op::ArgMax || !ir::is_reduction(n.op)) return false;
   DType t = n.args[0]->dtype;
   if (!(arith(t) || t == DType::b8)) return false;
-  if (n.op == Op::Mean && !is_floating(t)) return false;
+  if (ir::has_trait(n.op, ir::kFloatOnly) && !is_floating(t)) return false;
   return !half(n.dtype);
 }
 
@@ -459,12 +446,16 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
       continue;
     }
     if (taken.count(n)) continue;  // a stage: computed by its group's kernel
-    StepKind k;
+    StepKind k = StepKind::Fallback;
     switch (ir::op_category(n->op)) {
       case Category::Movement: k = StepKind::View; break;
       case Category::Reduce: k = reduce_supports(*n) ? StepKind::Reduce : StepKind::Fallback; break;
       case Category::Contraction: k = StepKind::MatMul; break;
-      default: k = kernel_supports(*n) ? StepKind::Kernel : StepKind::Fallback; break;
+      case Category::Leaf: case Category::Unary: case Category::Binary: case Category::Compare:
+      case Category::Ternary: case Category::Indexed:
+        k = kernel_supports(*n) ? StepKind::Kernel : StepKind::Fallback;
+        break;
+      case Category::Scatter: k = StepKind::Fallback; break;
     }
     S.steps.push_back({k, n, it->second, nullptr, {}, {}});
   }

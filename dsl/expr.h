@@ -126,6 +126,19 @@ TESSEL_EXPR_UNARY(Tanh, Tanh)
 TESSEL_EXPR_UNARY(Sigmoid, Sigmoid)
 TESSEL_EXPR_UNARY(Relu, Relu)
 TESSEL_EXPR_UNARY(Not, Not)
+TESSEL_EXPR_UNARY(Sin, Sin)
+TESSEL_EXPR_UNARY(Cos, Cos)
+TESSEL_EXPR_UNARY(Erf, Erf)
+TESSEL_EXPR_UNARY(Log1p, Log1p)
+TESSEL_EXPR_UNARY(Expm1, Expm1)
+TESSEL_EXPR_UNARY(Rsqrt, Rsqrt)
+TESSEL_EXPR_UNARY(Reciprocal, Reciprocal)
+TESSEL_EXPR_UNARY(Sign, Sign)
+TESSEL_EXPR_UNARY(Floor, Floor)
+TESSEL_EXPR_UNARY(Ceil, Ceil)
+TESSEL_EXPR_UNARY(Round, Round)
+TESSEL_EXPR_UNARY(IsNan, IsNan)
+TESSEL_EXPR_UNARY(IsInf, IsInf)
 #undef TESSEL_EXPR_UNARY
 
 struct MatMul {
@@ -300,6 +313,22 @@ struct ExprBase {
   Tensor tanh() const { return lowered().tanh(); }
   Tensor sigmoid() const { return lowered().sigmoid(); }
   Tensor relu() const { return lowered().relu(); }
+  Tensor sin() const { return lowered().sin(); }
+  Tensor cos() const { return lowered().cos(); }
+  Tensor erf() const { return lowered().erf(); }
+  Tensor log1p() const { return lowered().log1p(); }
+  Tensor expm1() const { return lowered().expm1(); }
+  Tensor rsqrt() const { return lowered().rsqrt(); }
+  Tensor reciprocal() const { return lowered().reciprocal(); }
+  Tensor sign() const { return lowered().sign(); }
+  Tensor floor() const { return lowered().floor(); }
+  Tensor ceil() const { return lowered().ceil(); }
+  Tensor round() const { return lowered().round(); }
+  Tensor isnan() const { return lowered().isnan(); }
+  Tensor isinf() const { return lowered().isinf(); }
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const {
+    return lowered().clamp(std::move(min), std::move(max));
+  }
   Tensor pow(const Scalar& e) const { return lowered().pow(e); }
   Tensor pow(const Tensor& e) const { return lowered().pow(e); }
   Tensor matmul(const Tensor& other) const { return lowered().matmul(other); }
@@ -413,6 +442,19 @@ TESSEL_EXPR_FUNCTION(sqrt, Sqrt)
 TESSEL_EXPR_FUNCTION(tanh, Tanh)
 TESSEL_EXPR_FUNCTION(sigmoid, Sigmoid)
 TESSEL_EXPR_FUNCTION(abs, Abs)
+TESSEL_EXPR_FUNCTION(sin, Sin)
+TESSEL_EXPR_FUNCTION(cos, Cos)
+TESSEL_EXPR_FUNCTION(erf, Erf)
+TESSEL_EXPR_FUNCTION(log1p, Log1p)
+TESSEL_EXPR_FUNCTION(expm1, Expm1)
+TESSEL_EXPR_FUNCTION(rsqrt, Rsqrt)
+TESSEL_EXPR_FUNCTION(reciprocal, Reciprocal)
+TESSEL_EXPR_FUNCTION(sign, Sign)
+TESSEL_EXPR_FUNCTION(floor, Floor)
+TESSEL_EXPR_FUNCTION(ceil, Ceil)
+TESSEL_EXPR_FUNCTION(round, Round)
+TESSEL_EXPR_FUNCTION(isnan, IsNan)
+TESSEL_EXPR_FUNCTION(isinf, IsInf)
 #undef TESSEL_EXPR_FUNCTION
 
 template <expr::Operand A, expr::Operand B>

@@ -38,6 +38,40 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return sub(shifted, shifted.exp().sum({dim}, true).log());
 }
 
+// PyTorch's CPU formulas, operation for operation, so f64 results agree to the last bit.
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  check_floating("gelu", x);
+  if (approximate == "none") {
+    constexpr double kAlpha = 0.70710678118654752440;  // 1 / sqrt(2)
+    Tensor cdf = binary_op(ir::Op::Add, binary_op(ir::Op::Mul, x, kAlpha).erf(), 1.0);
+    return mul(binary_op(ir::Op::Mul, x, 0.5), cdf);
+  }
+  if (approximate == "tanh") {
+    constexpr double kBeta = 0.79788456080286535588, kKappa = 0.044715;  // sqrt(2 / pi)
+    Tensor cube = mul(mul(x, x), x);
+    Tensor inner = binary_op(ir::Op::Mul, add(x, binary_op(ir::Op::Mul, cube, kKappa)), kBeta);
+    return mul(binary_op(ir::Op::Mul, x, 0.5), binary_op(ir::Op::Add, inner.tanh(), 1.0));
+  }
+  throw ValueError(fmt::format("gelu: approximate must be \"none\" or \"tanh\", got \"{}\"", approximate));
+}
+
+Tensor silu(const Tensor& x) {
+  check_floating("silu", x);
+  return div(x, binary_op(ir::Op::Add, x.neg().exp(), 1.0));
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  check_floating("softplus", x);
+  // Built once per use: the scheduler cuts a kernel at every node with two
+  // consumers, and recomputing beta * x is cheaper than a round trip to memory.
+  auto bx = [&] { return binary_op(ir::Op::Mul, x, beta); };
+  auto linear = [&] { return binary_op(ir::Op::Gt, bx(), threshold); };
+  // The exp branch reads 0 where it is not taken: e^(beta x) may overflow
+  // there, and its gradient would be 0 * inf = NaN.
+  Tensor safe = where(linear(), scalar_like(0.0, x), bx());
+  return where(linear(), x, binary_op(ir::Op::Div, safe.exp().log1p(), beta));
+}
+
 namespace {
 // A label outside [0, C) would select no class: a row of zeros, and a loss
 // that is silently wrong. PyTorch raises; so does tessel (the labels are

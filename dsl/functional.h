@@ -4,6 +4,8 @@
 //   Tensor loss = cross_entropy(logits, labels);   // labels: int64 class indices
 #pragma once
 
+#include <string_view>
+
 #include "dsl/tensor.h"
 
 namespace tessel {
@@ -17,6 +19,20 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 /// [N] int labels -> [N, C] bool.
 Tensor one_hot(const Tensor& labels, int64_t num_classes);
+/// x * P(X <= x) for a standard normal X, as torch.nn.functional.gelu:
+/// approximate "none" is the exact erf form, "tanh" the tanh approximation.
+///
+///   Tensor h = gelu(x % w + b);           // one fused kernel with the bias add
+///   Tensor t = gelu(x, "tanh");
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+/// x * sigmoid(x) (also called swish), as torch.nn.functional.silu.
+Tensor silu(const Tensor& x);
+/// log(1 + e^(beta x)) / beta, and x itself where beta x > threshold (where
+/// the two agree to rounding), as torch.nn.functional.softplus.
+///
+///   Tensor y = softplus(x);                  // beta 1, threshold 20
+///   Tensor z = softplus(x, 2.0, 10.0);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 /// Zeroes each element with probability p and scales the rest by 1/(1-p).
 Tensor dropout(const Tensor& x, double p, bool training = true);
 

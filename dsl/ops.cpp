@@ -76,6 +76,34 @@ Tensor Tensor::sqrt() const { return unary_op(ir::Op::Sqrt, *this); }
 Tensor Tensor::tanh() const { return unary_op(ir::Op::Tanh, *this); }
 Tensor Tensor::sigmoid() const { return unary_op(ir::Op::Sigmoid, *this); }
 Tensor Tensor::relu() const { return unary_op(ir::Op::Relu, *this); }
+Tensor Tensor::sin() const { return unary_op(ir::Op::Sin, *this); }
+Tensor Tensor::cos() const { return unary_op(ir::Op::Cos, *this); }
+Tensor Tensor::erf() const { return unary_op(ir::Op::Erf, *this); }
+Tensor Tensor::log1p() const { return unary_op(ir::Op::Log1p, *this); }
+Tensor Tensor::expm1() const { return unary_op(ir::Op::Expm1, *this); }
+Tensor Tensor::rsqrt() const { return unary_op(ir::Op::Rsqrt, *this); }
+Tensor Tensor::reciprocal() const { return unary_op(ir::Op::Reciprocal, *this); }
+Tensor Tensor::sign() const { return unary_op(ir::Op::Sign, *this); }
+Tensor Tensor::floor() const { return unary_op(ir::Op::Floor, *this); }
+Tensor Tensor::ceil() const { return unary_op(ir::Op::Ceil, *this); }
+Tensor Tensor::round() const { return unary_op(ir::Op::Round, *this); }
+Tensor Tensor::isnan() const { return unary_op(ir::Op::IsNan, *this); }
+Tensor Tensor::isinf() const { return unary_op(ir::Op::IsInf, *this); }
+Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const {
+  if (!min && !max)
+    throw ValueError("clamp: at least one of min and max must be given, e.g. x.clamp(0.0, 1.0) or "
+                     "x.clamp(std::nullopt, 1.0)");
+  // max(min(x, ...)) as selects: NaN fails both comparisons and stays NaN,
+  // min > max leaves every value at max, and the gradient is 1 exactly where
+  // min <= x <= max (torch.clamp's three rules; maximum/minimum would split
+  // the gradient at a tie).
+  // The lower bound's select is built once per use: a node with two
+  // consumers would be a kernel boundary (codegen/schedule.cpp).
+  auto low = [&] { return min ? where(binary_op(ir::Op::Lt, *this, *min), scalar_like(*min, *this), *this) : *this; };
+  if (!max) return low();
+  Tensor bound = scalar_like(*max, low());
+  return where(binary_op(ir::Op::Gt, low(), *max), bound, low());
+}
 Tensor Tensor::pow(const Scalar& e) const { return binary_op(ir::Op::Pow, *this, e); }
 Tensor Tensor::pow(const Tensor& e) const { return binary_op(ir::Op::Pow, *this, e); }
 Tensor Tensor::matmul(const Tensor& o) const { return tessel::matmul(*this, o); }

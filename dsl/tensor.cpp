@@ -185,7 +185,7 @@ std::optional<ir::BufferView> apply_movement(const ir::Node& n, const ir::Buffer
       v.strides = std::move(*st);
       return v;
     }
-    default: break;
+    TESSEL_IR_CASES_NOT_MOVEMENT break;
   }
   return std::nullopt;
 }

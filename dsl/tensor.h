@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <concepts>
 #include <string>
 #include <type_traits>
@@ -145,6 +146,29 @@ class Tensor {
   Tensor tanh() const;
   Tensor sigmoid() const;
   Tensor relu() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor erf() const;
+  /// log(1 + x) and e^x - 1, accurate where x is near 0.
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor rsqrt() const;
+  Tensor reciprocal() const;
+  /// -1, 0 or 1 (0 for NaN, as torch.sign).
+  Tensor sign() const;
+  /// Integers come back unchanged; round() rounds half to even, as torch.round.
+  Tensor floor() const;
+  Tensor ceil() const;
+  Tensor round() const;
+  /// Bool tensors; an integer tensor has no NaN or inf (all false).
+  Tensor isnan() const;
+  Tensor isinf() const;
+  /// Values limited to [min, max], either bound optional, as torch.clamp:
+  /// NaN stays NaN, and where min > max every value is max.
+  ///
+  ///   Tensor y = x.clamp(0.0, 6.0);            // relu6
+  ///   Tensor z = x.clamp(std::nullopt, 1.0);   // at most 1
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
   Tensor pow(const Scalar& e) const;
   Tensor pow(const Tensor& e) const;
   Tensor matmul(const Tensor& other) const;

@@ -36,11 +36,7 @@ bool streamable(const kir::Kernel& k) {
     if (!plain(p.dtype)) return false;
   for (const Stmt& s : k.body) {
     if (!plain(s.dtype)) return false;
-    if (s.kind != StmtKind::Op) continue;
-    switch (s.op) {
-      case Op::Exp: case Op::Log: case Op::Tanh: case Op::Pow: case Op::Sigmoid: return false;
-      default: break;
-    }
+    if (s.kind == StmtKind::Op && ir::has_trait(s.op, ir::kTranscendental)) return false;
   }
   return true;
 }
@@ -180,87 +176,118 @@ struct Emitter {
   Value* zero(DType t) { return llvm::Constant::getNullValue(cty(t)); }
   Value* fconst(DType t, double v) { return llvm::ConstantFP::get(cty(t), v); }
 
-  Value* unary(Op op, DType t, Value* x) {
-    if (t == DType::b8) {
-      if (op == Op::Abs || op == Op::Relu) return x;
-      if (op == Op::Not) return b.CreateNot(x);
-    } else if (flt(t)) {
-      switch (op) {
-        case Op::Neg: return b.CreateFNeg(x);
-        case Op::Abs: return b.CreateSelect(b.CreateFCmpOLT(x, zero(t)), b.CreateFNeg(x), x);
-        case Op::Exp: return intrinsic(llvm::Intrinsic::exp, {x});
-        case Op::Log: return intrinsic(llvm::Intrinsic::log, {x});
-        case Op::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, {x});
-        case Op::Tanh: return call_math("tanh", x);
-        case Op::Sigmoid:
-          return b.CreateFDiv(fconst(t, 1.0), b.CreateFAdd(fconst(t, 1.0), intrinsic(llvm::Intrinsic::exp, {b.CreateFNeg(x)})));
-        case Op::Relu: return b.CreateSelect(b.CreateFCmpUGT(x, zero(t)), x, zero(t));
-        case Op::Not: return b.CreateSelect(b.CreateFCmpOEQ(x, zero(t)), fconst(t, 1.0), zero(t));
-        default: break;
-      }
-    } else if (sint(t)) {
-      switch (op) {
-        case Op::Neg: return b.CreateNeg(x);
-        case Op::Abs: return b.CreateSelect(b.CreateICmpSLT(x, zero(t)), b.CreateNeg(x), x);
-        case Op::Relu: return b.CreateSelect(b.CreateICmpSGT(x, zero(t)), x, zero(t));
-        case Op::Not: return b.CreateZExt(b.CreateICmpEQ(x, zero(t)), cty(t));
-        default: break;
-      }
-    }
-    throw InternalError(fmt::format("emit_llvm: no {} on {}", ir::op_name(op), dtype_name(t)));
-  }
-
-  Value* binary(Op op, DType t, Value* x, Value* y) {
-    if (t == DType::b8) {
-      switch (op) {
-        case Op::Add: case Op::Or: case Op::Maximum: return b.CreateOr(x, y);
-        case Op::Mul: case Op::And: case Op::Minimum: return b.CreateAnd(x, y);
-        default: break;
-      }
-    } else if (flt(t)) {
-      switch (op) {
-        case Op::Add: return b.CreateFAdd(x, y);
-        case Op::Sub: return b.CreateFSub(x, y);
-        case Op::Mul: return b.CreateFMul(x, y);
-        case Op::Div: return b.CreateFDiv(x, y);
-        case Op::Pow: return intrinsic(llvm::Intrinsic::pow, {x, y});
-        case Op::Maximum: return b.CreateSelect(b.CreateOr(b.CreateFCmpUNO(x, x), b.CreateFCmpOGT(x, y)), x, y);
-        case Op::Minimum: return b.CreateSelect(b.CreateOr(b.CreateFCmpUNO(x, x), b.CreateFCmpOLT(x, y)), x, y);
-        case Op::And:
-          return b.CreateUIToFP(b.CreateAnd(b.CreateFCmpUNE(x, zero(t)), b.CreateFCmpUNE(y, zero(t))), cty(t));
-        case Op::Or:
-          return b.CreateUIToFP(b.CreateOr(b.CreateFCmpUNE(x, zero(t)), b.CreateFCmpUNE(y, zero(t))), cty(t));
-        default: break;
-      }
-    } else if (sint(t)) {
-      switch (op) {
-        case Op::Add: return b.CreateAdd(x, y);
-        case Op::Sub: return b.CreateSub(x, y);
-        case Op::Mul: return b.CreateMul(x, y);
-        case Op::Maximum: return b.CreateSelect(b.CreateICmpSGT(x, y), x, y);
-        case Op::Minimum: return b.CreateSelect(b.CreateICmpSLT(x, y), x, y);
-        case Op::And: return b.CreateZExt(b.CreateAnd(b.CreateICmpNE(x, zero(t)), b.CreateICmpNE(y, zero(t))), cty(t));
-        case Op::Or: return b.CreateZExt(b.CreateOr(b.CreateICmpNE(x, zero(t)), b.CreateICmpNE(y, zero(t))), cty(t));
-        default: break;
-      }
-    }
-    throw InternalError(fmt::format("emit_llvm: no {} on {}", ir::op_name(op), dtype_name(t)));
-  }
-
-  Value* compare(Op op, DType t, Value* x, Value* y) {
+  // One elementwise op. `t` is the operands' dtype (the first value
+  // operand's: Where's condition is bool), `out` the result's.
+  Value* elementwise(Op op, DType t, DType out, const std::vector<Value*>& a) {
     using P = llvm::CmpInst::Predicate;
-    P p;
-    bool f = flt(t), u = t == DType::b8;
+    const bool f = flt(t), i = sint(t), u = t == DType::b8;
+    Value* x = a[0];
+    Value* y = a.size() > 1 ? a[1] : nullptr;
+    auto cmp = [&](P fp, P sp, P up) { return f ? b.CreateFCmp(fp, x, y) : b.CreateICmp(u ? up : sp, x, y); };
+    // Logical and/or on numbers: 1 or 0 of the operands' type.
+    auto logical = [&](bool both) -> Value* {
+      Value* nx = f ? b.CreateFCmpUNE(x, zero(t)) : b.CreateICmpNE(x, zero(t));
+      Value* ny = f ? b.CreateFCmpUNE(y, zero(t)) : b.CreateICmpNE(y, zero(t));
+      Value* r = both ? b.CreateAnd(nx, ny) : b.CreateOr(nx, ny);
+      return f ? b.CreateUIToFP(r, cty(t)) : b.CreateZExt(r, cty(t));
+    };
     switch (op) {
-      case Op::Eq: p = f ? P::FCMP_OEQ : P::ICMP_EQ; break;
-      case Op::Ne: p = f ? P::FCMP_UNE : P::ICMP_NE; break;
-      case Op::Lt: p = f ? P::FCMP_OLT : u ? P::ICMP_ULT : P::ICMP_SLT; break;
-      case Op::Le: p = f ? P::FCMP_OLE : u ? P::ICMP_ULE : P::ICMP_SLE; break;
-      case Op::Gt: p = f ? P::FCMP_OGT : u ? P::ICMP_UGT : P::ICMP_SGT; break;
-      case Op::Ge: p = f ? P::FCMP_OGE : u ? P::ICMP_UGE : P::ICMP_SGE; break;
-      default: throw InternalError("emit_llvm: unknown comparison");
+      case Op::Neg:
+        if (f) return b.CreateFNeg(x);
+        if (i) return b.CreateNeg(x);
+        break;
+      case Op::Abs:
+        if (u) return x;
+        if (f) return b.CreateSelect(b.CreateFCmpOLT(x, zero(t)), b.CreateFNeg(x), x);
+        if (i) return b.CreateSelect(b.CreateICmpSLT(x, zero(t)), b.CreateNeg(x), x);
+        break;
+      case Op::Exp: if (f) return intrinsic(llvm::Intrinsic::exp, {x}); break;
+      case Op::Log: if (f) return intrinsic(llvm::Intrinsic::log, {x}); break;
+      case Op::Sqrt: if (f) return intrinsic(llvm::Intrinsic::sqrt, {x}); break;
+      case Op::Tanh: if (f) return call_math("tanh", x); break;
+      case Op::Sigmoid:
+        if (f)
+          return b.CreateFDiv(fconst(t, 1.0), b.CreateFAdd(fconst(t, 1.0), intrinsic(llvm::Intrinsic::exp, {b.CreateFNeg(x)})));
+        break;
+      case Op::Relu:
+        if (u) return x;
+        if (f) return b.CreateSelect(b.CreateFCmpUGT(x, zero(t)), x, zero(t));
+        if (i) return b.CreateSelect(b.CreateICmpSGT(x, zero(t)), x, zero(t));
+        break;
+      // libm calls, as the ref interpreter's std:: functions, so results match it bit for bit.
+      case Op::Sin: if (f) return call_math("sin", x); break;
+      case Op::Cos: if (f) return call_math("cos", x); break;
+      case Op::Erf: if (f) return call_math("erf", x); break;
+      case Op::Log1p: if (f) return call_math("log1p", x); break;
+      case Op::Expm1: if (f) return call_math("expm1", x); break;
+      case Op::Rsqrt: if (f) return b.CreateFDiv(fconst(t, 1.0), intrinsic(llvm::Intrinsic::sqrt, {x})); break;
+      case Op::Reciprocal: if (f) return b.CreateFDiv(fconst(t, 1.0), x); break;
+      case Op::Sign:
+        if (u) return x;
+        if (f) return b.CreateFSub(b.CreateUIToFP(b.CreateFCmpOGT(x, zero(t)), cty(t)),
+                                   b.CreateUIToFP(b.CreateFCmpOLT(x, zero(t)), cty(t)));
+        if (i) return b.CreateSub(b.CreateZExt(b.CreateICmpSGT(x, zero(t)), cty(t)),
+                                  b.CreateZExt(b.CreateICmpSLT(x, zero(t)), cty(t)));
+        break;
+      case Op::Floor:
+        if (u || i) return x;
+        if (f) return intrinsic(llvm::Intrinsic::floor, {x});
+        break;
+      case Op::Ceil:
+        if (u || i) return x;
+        if (f) return intrinsic(llvm::Intrinsic::ceil, {x});
+        break;
+      case Op::Round:  // rint in the default rounding mode: half to even
+        if (u || i) return x;
+        if (f) return intrinsic(llvm::Intrinsic::rint, {x});
+        break;
+      case Op::IsNan: if (f) return b.CreateFCmpUNO(x, x); break;
+      case Op::IsInf:
+        if (f) return b.CreateFCmpOEQ(intrinsic(llvm::Intrinsic::fabs, {x}), fconst(t, INFINITY));
+        break;
+      case Op::Not:
+        if (u) return b.CreateNot(x);
+        if (f) return b.CreateSelect(b.CreateFCmpOEQ(x, zero(t)), fconst(t, 1.0), zero(t));
+        if (i) return b.CreateZExt(b.CreateICmpEQ(x, zero(t)), cty(t));
+        break;
+      case Op::Cast: return cast(x, t, out);
+      case Op::Add:
+        if (u) return b.CreateOr(x, y);
+        return f ? b.CreateFAdd(x, y) : b.CreateAdd(x, y);
+      case Op::Sub:
+        if (f) return b.CreateFSub(x, y);
+        if (i) return b.CreateSub(x, y);
+        break;
+      case Op::Mul:
+        if (u) return b.CreateAnd(x, y);
+        return f ? b.CreateFMul(x, y) : b.CreateMul(x, y);
+      case Op::Div: if (f) return b.CreateFDiv(x, y); break;
+      case Op::Pow: if (f) return intrinsic(llvm::Intrinsic::pow, {x, y}); break;
+      case Op::Maximum:
+        if (u) return b.CreateOr(x, y);
+        if (f) return b.CreateSelect(b.CreateOr(b.CreateFCmpUNO(x, x), b.CreateFCmpOGT(x, y)), x, y);
+        return b.CreateSelect(b.CreateICmpSGT(x, y), x, y);
+      case Op::Minimum:
+        if (u) return b.CreateAnd(x, y);
+        if (f) return b.CreateSelect(b.CreateOr(b.CreateFCmpUNO(x, x), b.CreateFCmpOLT(x, y)), x, y);
+        return b.CreateSelect(b.CreateICmpSLT(x, y), x, y);
+      case Op::Eq: return cmp(P::FCMP_OEQ, P::ICMP_EQ, P::ICMP_EQ);
+      case Op::Ne: return cmp(P::FCMP_UNE, P::ICMP_NE, P::ICMP_NE);
+      case Op::Lt: return cmp(P::FCMP_OLT, P::ICMP_SLT, P::ICMP_ULT);
+      case Op::Le: return cmp(P::FCMP_OLE, P::ICMP_SLE, P::ICMP_ULE);
+      case Op::Gt: return cmp(P::FCMP_OGT, P::ICMP_SGT, P::ICMP_UGT);
+      case Op::Ge: return cmp(P::FCMP_OGE, P::ICMP_SGE, P::ICMP_UGE);
+      case Op::And:
+        if (u) return b.CreateAnd(x, y);
+        return logical(true);
+      case Op::Or:
+        if (u) return b.CreateOr(x, y);
+        return logical(false);
+      case Op::Where: return b.CreateSelect(a[0], a[1], a[2]);
+      TESSEL_IR_CASES_NOT_ELEMENTWISE
+        throw InternalError(fmt::format("emit_llvm: {} is not an elementwise op", ir::op_name(op)));
     }
-    return f ? b.CreateFCmp(p, x, y) : b.CreateICmp(p, x, y);
+    throw InternalError(fmt::format("emit_llvm: no {} on {}", ir::op_name(op), dtype_name(t)));
   }
 
   // Value of a statement list; `load(slot)` gives a load slot's element index.
@@ -313,15 +340,11 @@ struct Emitter {
         case StmtKind::Count: r = cast(count, DType::i64, s.dtype); break;
         case StmtKind::Stage: r = stage_vals.at(static_cast<size_t>(s.slot)); break;
         case StmtKind::Op: {
-          auto a = [&](size_t i) { return v[static_cast<size_t>(s.args[i])]; };
-          auto at = [&](size_t i) { return t[static_cast<size_t>(s.args[i])]; };
-          switch (ir::op_category(s.op)) {
-            case ir::Category::Unary: r = s.op == Op::Cast ? cast(a(0), at(0), s.dtype) : unary(s.op, s.dtype, a(0)); break;
-            case ir::Category::Binary: r = binary(s.op, s.dtype, a(0), a(1)); break;
-            case ir::Category::Compare: r = compare(s.op, at(0), a(0), a(1)); break;
-            case ir::Category::Ternary: r = b.CreateSelect(a(0), a(1), a(2)); break;
-            default: throw InternalError("emit_llvm: not an elementwise op");
-          }
+          std::vector<Value*> args;
+          for (int i : s.args) args.push_back(v[static_cast<size_t>(i)]);
+          // The operands' dtype: Where's value operands', every other op's first.
+          const DType operands = t[static_cast<size_t>(s.args[s.op == Op::Where ? 1 : 0])];
+          r = elementwise(s.op, operands, s.dtype, args);
           break;
         }
       }

@@ -76,86 +76,105 @@ std::string cast(const std::string& x, DType src, DType dst) {
   throw InternalError(fmt::format("emit_cuda: no cast {} -> {}", dtype_name(src), dtype_name(dst)));
 }
 
-std::string unary(Op op, DType t, const std::string& x) {
-  if (t == DType::b8) {
-    if (op == Op::Abs || op == Op::Relu) return x;
-    if (op == Op::Not) return fmt::format("(!{})", x);
-  } else if (flt(t)) {
-    const std::string z = lit(t, 0), one = lit(t, 1);
-    switch (op) {
-      case Op::Neg: return fmt::format("(-{})", x);
-      case Op::Abs: return fmt::format("({0} < {1} ? -{0} : {0})", x, z);
-      case Op::Exp: return fmt::format("ts::exp({})", x);
-      case Op::Log: return fmt::format("ts::log({})", x);
-      case Op::Sqrt: return fmt::format("ts::sqrt({})", x);
-      case Op::Tanh: return fmt::format("ts::tanh({})", x);
-      case Op::Sigmoid: return fmt::format("({1} / ({1} + ts::exp(-{0})))", x, one);
-      case Op::Relu: return fmt::format("(({0} > {1} || {0} != {0}) ? {0} : {1})", x, z);  // NaN stays NaN
-      case Op::Not: return fmt::format("({0} == {1} ? {2} : {1})", x, z, one);
-      default: break;
-    }
-  } else if (sint(t)) {
-    const char* T = value_type(t);
-    switch (op) {
-      case Op::Neg: return fmt::format("(({})(-{}))", T, x);
-      case Op::Abs: return fmt::format("({0} < 0 ? ({1})(-{0}) : {0})", x, T);
-      case Op::Relu: return fmt::format("({0} > 0 ? {0} : ({1})0)", x, T);
-      case Op::Not: return fmt::format("(({})({} == 0))", T, x);
-      default: break;
-    }
-  }
-  unsupported(ir::op_name(op), t);
-}
-
-std::string binary(Op op, DType t, const std::string& a, const std::string& b) {
-  if (t == DType::b8) {
-    switch (op) {
-      case Op::Add: case Op::Or: case Op::Maximum: return fmt::format("({} || {})", a, b);
-      case Op::Mul: case Op::And: case Op::Minimum: return fmt::format("({} && {})", a, b);
-      default: break;
-    }
-  } else if (flt(t)) {
-    const std::string z = lit(t, 0), one = lit(t, 1);
-    switch (op) {
-      case Op::Add: return fmt::format("({} + {})", a, b);
-      case Op::Sub: return fmt::format("({} - {})", a, b);
-      case Op::Mul: return fmt::format("({} * {})", a, b);
-      case Op::Div: return fmt::format("({} / {})", a, b);
-      case Op::Pow: return fmt::format("ts::pow({}, {})", a, b);
-      case Op::Maximum: return fmt::format("(({0} != {0} || {0} > {1}) ? {0} : {1})", a, b);
-      case Op::Minimum: return fmt::format("(({0} != {0} || {0} < {1}) ? {0} : {1})", a, b);
-      case Op::And: return fmt::format("(({0} != {2} && {1} != {2}) ? {3} : {2})", a, b, z, one);
-      case Op::Or: return fmt::format("(({0} != {2} || {1} != {2}) ? {3} : {2})", a, b, z, one);
-      default: break;
-    }
-  } else if (sint(t)) {
-    const char* T = value_type(t);
-    switch (op) {
-      case Op::Add: return fmt::format("(({})({} + {}))", T, a, b);
-      case Op::Sub: return fmt::format("(({})({} - {}))", T, a, b);
-      case Op::Mul: return fmt::format("(({})({} * {}))", T, a, b);
-      case Op::Maximum: return fmt::format("({0} > {1} ? {0} : {1})", a, b);
-      case Op::Minimum: return fmt::format("({0} < {1} ? {0} : {1})", a, b);
-      case Op::And: return fmt::format("(({})({} != 0 && {} != 0))", T, a, b);
-      case Op::Or: return fmt::format("(({})({} != 0 || {} != 0))", T, a, b);
-      default: break;
-    }
-  }
-  unsupported(ir::op_name(op), t);
-}
-
-std::string compare(Op op, const std::string& a, const std::string& b) {
-  const char* sym = nullptr;
+// One elementwise op as a C++ expression. `t` is the operands' dtype (the
+// first value operand's: Where's condition is bool), `out` the result's.
+std::string elementwise_expr(Op op, DType t, DType out, const std::vector<std::string>& a) {
+  const bool f = flt(t), i = sint(t), u = t == DType::b8;
+  const std::string& x = a[0];
+  const std::string y = a.size() > 1 ? a[1] : std::string();
+  const std::string z = f ? lit(t, 0) : "0", one = f ? lit(t, 1) : "1";
+  const char* T = value_type(t);
+  auto infix = [&](const char* sym) {  // integer results narrowed back to their type
+    return i ? fmt::format("(({})({} {} {}))", T, x, sym, y) : fmt::format("({} {} {})", x, sym, y);
+  };
+  auto logical = [&](const char* sym) {  // 1 or 0 of the operands' type
+    if (f) return fmt::format("(({0} != {2} {4} {1} != {2}) ? {3} : {2})", x, y, z, one, sym);
+    return fmt::format("(({})({} != 0 {} {} != 0))", T, x, sym, y);
+  };
   switch (op) {
-    case Op::Eq: sym = "=="; break;
-    case Op::Ne: sym = "!="; break;
-    case Op::Lt: sym = "<"; break;
-    case Op::Le: sym = "<="; break;
-    case Op::Gt: sym = ">"; break;
-    case Op::Ge: sym = ">="; break;
-    default: throw InternalError("emit_cuda: unknown comparison");
+    case Op::Neg:
+      if (f) return fmt::format("(-{})", x);
+      if (i) return fmt::format("(({})(-{}))", T, x);
+      break;
+    case Op::Abs:
+      if (u) return x;
+      if (f) return fmt::format("({0} < {1} ? -{0} : {0})", x, z);
+      if (i) return fmt::format("({0} < 0 ? ({1})(-{0}) : {0})", x, T);
+      break;
+    case Op::Exp: if (f) return fmt::format("ts::exp({})", x); break;
+    case Op::Log: if (f) return fmt::format("ts::log({})", x); break;
+    case Op::Sqrt: if (f) return fmt::format("ts::sqrt({})", x); break;
+    case Op::Tanh: if (f) return fmt::format("ts::tanh({})", x); break;
+    case Op::Sigmoid: if (f) return fmt::format("({1} / ({1} + ts::exp(-{0})))", x, one); break;
+    case Op::Relu:
+      if (u) return x;
+      if (f) return fmt::format("(({0} > {1} || {0} != {0}) ? {0} : {1})", x, z);  // NaN stays NaN
+      if (i) return fmt::format("({0} > 0 ? {0} : ({1})0)", x, T);
+      break;
+    case Op::Sin: if (f) return fmt::format("ts::sin({})", x); break;
+    case Op::Cos: if (f) return fmt::format("ts::cos({})", x); break;
+    case Op::Erf: if (f) return fmt::format("ts::erf({})", x); break;
+    case Op::Log1p: if (f) return fmt::format("ts::log1p({})", x); break;
+    case Op::Expm1: if (f) return fmt::format("ts::expm1({})", x); break;
+    case Op::Rsqrt: if (f) return fmt::format("ts::rsqrt({})", x); break;
+    case Op::Reciprocal: if (f) return fmt::format("({} / {})", one, x); break;
+    case Op::Sign:
+      if (u) return x;
+      return fmt::format("(({2})(({1} < {0}) - ({0} < {1})))", x, z, T);
+    case Op::Floor:
+      if (u || i) return x;
+      if (f) return fmt::format("ts::floor({})", x);
+      break;
+    case Op::Ceil:
+      if (u || i) return x;
+      if (f) return fmt::format("ts::ceil({})", x);
+      break;
+    case Op::Round:
+      if (u || i) return x;
+      if (f) return fmt::format("ts::round({})", x);  // rint: half to even
+      break;
+    case Op::IsNan: if (f) return fmt::format("({0} != {0})", x); break;
+    case Op::IsInf: if (f) return fmt::format("(ts::abs({}) == ts::inf_f64())", x); break;
+    case Op::Not:
+      if (u) return fmt::format("(!{})", x);
+      if (f) return fmt::format("({0} == {1} ? {2} : {1})", x, z, one);
+      if (i) return fmt::format("(({})({} == 0))", T, x);
+      break;
+    case Op::Cast: return cast(x, t, out);
+    case Op::Add:
+      if (u) return fmt::format("({} || {})", x, y);
+      return infix("+");
+    case Op::Sub: if (f || i) return infix("-"); break;
+    case Op::Mul:
+      if (u) return fmt::format("({} && {})", x, y);
+      return infix("*");
+    case Op::Div: if (f) return infix("/"); break;
+    case Op::Pow: if (f) return fmt::format("ts::pow({}, {})", x, y); break;
+    case Op::Maximum:
+      if (u) return fmt::format("({} || {})", x, y);
+      if (f) return fmt::format("(({0} != {0} || {0} > {1}) ? {0} : {1})", x, y);
+      return fmt::format("({0} > {1} ? {0} : {1})", x, y);
+    case Op::Minimum:
+      if (u) return fmt::format("({} && {})", x, y);
+      if (f) return fmt::format("(({0} != {0} || {0} < {1}) ? {0} : {1})", x, y);
+      return fmt::format("({0} < {1} ? {0} : {1})", x, y);
+    case Op::Eq: return fmt::format("({} == {})", x, y);
+    case Op::Ne: return fmt::format("({} != {})", x, y);
+    case Op::Lt: return fmt::format("({} < {})", x, y);
+    case Op::Le: return fmt::format("({} <= {})", x, y);
+    case Op::Gt: return fmt::format("({} > {})", x, y);
+    case Op::Ge: return fmt::format("({} >= {})", x, y);
+    case Op::And:
+      if (u) return fmt::format("({} && {})", x, y);
+      return logical("&&");
+    case Op::Or:
+      if (u) return fmt::format("({} || {})", x, y);
+      return logical("||");
+    case Op::Where: return fmt::format("({} ? {} : {})", a[0], a[1], a[2]);
+    TESSEL_IR_CASES_NOT_ELEMENTWISE
+      throw InternalError(fmt::format("emit_cuda: {} is not an elementwise op", ir::op_name(op)));
   }
-  return fmt::format("({} {} {})", a, sym, b);
+  unsupported(ir::op_name(op), t);
 }
 
 std::string const_value(DType t, size_t arg) {
@@ -244,15 +263,13 @@ struct Writer {
         case StmtKind::Acc: e = "acc"; break;
         case StmtKind::Count: e = cast("count", DType::i64, s.dtype); break;
         case StmtKind::Stage: e = fmt::format("g{}", s.slot); break;
-        case StmtKind::Op:
-          switch (ir::op_category(s.op)) {
-            case ir::Category::Unary: e = s.op == Op::Cast ? cast(a(0), at(0), s.dtype) : unary(s.op, s.dtype, a(0)); break;
-            case ir::Category::Binary: e = binary(s.op, s.dtype, a(0), a(1)); break;
-            case ir::Category::Compare: e = compare(s.op, a(0), a(1)); break;
-            case ir::Category::Ternary: e = fmt::format("({} ? {} : {})", a(0), a(1), a(2)); break;
-            default: throw InternalError("emit_cuda: not an elementwise op");
-          }
+        case StmtKind::Op: {
+          std::vector<std::string> args;
+          for (size_t j = 0; j < s.args.size(); ++j) args.push_back(a(j));
+          // The operands' dtype: Where's value operands', every other op's first.
+          e = elementwise_expr(s.op, at(s.op == Op::Where ? 1 : 0), s.dtype, args);
           break;
+        }
       }
       line(fmt::format("const {} {}{} = {};", value_type(s.dtype), prefix, i, e));
     }

@@ -65,15 +65,29 @@ void store_double(DType dst, std::byte* p, double v, int64_t iv, bool use_int) {
   }
 }
 
+// Bool operands have the logical forms only (kBoolForm; builders compute
+// the rest on a number type).
+bool bool_apply(Op op, bool x, bool y) {
+  if (op == Op::Abs || op == Op::Relu || op == Op::Sign || op == Op::Floor || op == Op::Ceil || op == Op::Round)
+    return x;
+  if (op == Op::Not) return !x;
+  if (op == Op::Add || op == Op::Or || op == Op::Maximum) return x || y;
+  if (op == Op::Mul || op == Op::And || op == Op::Minimum) return x && y;
+  if (op == Op::Eq) return x == y;
+  if (op == Op::Ne) return x != y;
+  if (op == Op::Lt) return x < y;
+  if (op == Op::Le) return x <= y;
+  if (op == Op::Gt) return x > y;
+  if (op == Op::Ge) return x >= y;
+  throw InternalError(fmt::format("ref interpreter: {} on bool not lowered by builders", ir::op_name(op)));
+}
+
+// One element of a unary, binary or comparison op on compute type T: unary
+// ops ignore `y`, a comparison gives 1 or 0.
 template <class T>
-T unary_apply(Op op, T x) {
+T apply(Op op, T x, T y) {
   if constexpr (std::is_same_v<T, bool>) {
-    switch (op) {
-      case Op::Abs: case Op::Relu: return x;
-      case Op::Not: return !x;
-      default: break;
-    }
-    throw InternalError("ref interpreter: unary op on bool not lowered by builders");
+    return bool_apply(op, x, y);
   } else {
     switch (op) {
       case Op::Neg: return static_cast<T>(-x);
@@ -84,60 +98,58 @@ T unary_apply(Op op, T x) {
       case Op::Tanh: return static_cast<T>(std::tanh(x));
       case Op::Sigmoid: return static_cast<T>(T(1) / (T(1) + static_cast<T>(std::exp(-x))));
       case Op::Relu: return (x > T(0) || x != x) ? x : T(0);
+      case Op::Sin: return static_cast<T>(std::sin(x));
+      case Op::Cos: return static_cast<T>(std::cos(x));
+      case Op::Erf: return static_cast<T>(std::erf(x));
+      case Op::Log1p: return static_cast<T>(std::log1p(x));
+      case Op::Expm1: return static_cast<T>(std::expm1(x));
+      case Op::Rsqrt: return static_cast<T>(T(1) / static_cast<T>(std::sqrt(x)));
+      case Op::Reciprocal: return static_cast<T>(T(1) / x);
+      case Op::Sign: return static_cast<T>((T(0) < x) - (x < T(0)));
+      case Op::Floor:
+        if constexpr (std::is_integral_v<T>) return x;
+        else return std::floor(x);
+      case Op::Ceil:
+        if constexpr (std::is_integral_v<T>) return x;
+        else return std::ceil(x);
+      case Op::Round:  // rint: the default rounding mode, half to even
+        if constexpr (std::is_integral_v<T>) return x;
+        else return std::rint(x);
+      case Op::IsNan: return static_cast<T>(x != x);
+      case Op::IsInf:
+        if constexpr (std::is_integral_v<T>) return T(0);
+        else return static_cast<T>(std::isinf(x));
       case Op::Not: return static_cast<T>(x == T(0));
-      default: break;
-    }
-  }
-  throw InternalError("ref interpreter: unknown unary op");
-}
-
-template <class T>
-T binary_apply(Op op, T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) {
-    switch (op) {
-      case Op::Add: case Op::Or: case Op::Maximum: return a || b;
-      case Op::Mul: case Op::And: case Op::Minimum: return a && b;
-      default: break;
-    }
-    throw InternalError("ref interpreter: binary op on bool not lowered by builders");
-  } else {
-    switch (op) {
-      case Op::Add: return static_cast<T>(a + b);
-      case Op::Sub: return static_cast<T>(a - b);
-      case Op::Mul: return static_cast<T>(a * b);
-      case Op::Div: return static_cast<T>(a / b);
+      case Op::Add: return static_cast<T>(x + y);
+      case Op::Sub: return static_cast<T>(x - y);
+      case Op::Mul: return static_cast<T>(x * y);
+      case Op::Div: return static_cast<T>(x / y);
       case Op::Pow:
         if constexpr (std::is_integral_v<T>) {
-          if (b < 0) return a == 1 ? 1 : 0;
+          if (y < 0) return x == 1 ? 1 : 0;
           T r = 1;
-          for (T e = b, base = a; e > 0; e >>= 1, base = static_cast<T>(base * base))
+          for (T e = y, base = x; e > 0; e >>= 1, base = static_cast<T>(base * base))
             if (e & 1) r = static_cast<T>(r * base);
           return r;
         } else {
-          return static_cast<T>(std::pow(a, b));
+          return static_cast<T>(std::pow(x, y));
         }
-      case Op::Maximum: return (a != a || a > b) ? a : b;
-      case Op::Minimum: return (a != a || a < b) ? a : b;
-      case Op::And: return static_cast<T>(a != T(0) && b != T(0));
-      case Op::Or: return static_cast<T>(a != T(0) || b != T(0));
-      default: break;
+      case Op::Maximum: return (x != x || x > y) ? x : y;
+      case Op::Minimum: return (x != x || x < y) ? x : y;
+      case Op::Eq: return static_cast<T>(x == y);
+      case Op::Ne: return static_cast<T>(x != y);
+      case Op::Lt: return static_cast<T>(x < y);
+      case Op::Le: return static_cast<T>(x <= y);
+      case Op::Gt: return static_cast<T>(x > y);
+      case Op::Ge: return static_cast<T>(x >= y);
+      case Op::And: return static_cast<T>(x != T(0) && y != T(0));
+      case Op::Or: return static_cast<T>(x != T(0) || y != T(0));
+      case Op::Cast: case Op::Where:  // loops of their own (Interpreter::cast, ::where)
+      TESSEL_IR_CASES_NOT_ELEMENTWISE
+        break;
     }
+    throw InternalError(fmt::format("ref interpreter: {} is not a unary, binary or comparison op", ir::op_name(op)));
   }
-  throw InternalError("ref interpreter: unknown binary op");
-}
-
-template <class T>
-bool compare_apply(Op op, T a, T b) {
-  switch (op) {
-    case Op::Eq: return a == b;
-    case Op::Ne: return a != b;
-    case Op::Lt: return a < b;
-    case Op::Le: return a <= b;
-    case Op::Gt: return a > b;
-    case Op::Ge: return a >= b;
-    default: break;
-  }
-  throw InternalError("ref interpreter: unknown comparison");
 }
 
 class Interpreter {
@@ -192,6 +204,7 @@ class Interpreter {
   }
 
   static BufferView unary(const Node& n, const BufferView& in) {
+    if (n.dtype != n.args[0]->dtype) return predicate(n, in);
     BufferView out = host_dense(n.dtype, n.shape);
     dispatch(n.dtype, [&](auto tag) {
       using T = decltype(tag);
@@ -203,9 +216,25 @@ class Interpreter {
         T* po = o + off[0];
         const T* pa = a + off[1];
         if (st[1] == 1)
-          for (int64_t k = 0; k < len; ++k) po[k] = unary_apply<T>(op, pa[k]);
+          for (int64_t k = 0; k < len; ++k) po[k] = apply<T>(op, pa[k], T{});
         else
-          for (int64_t k = 0; k < len; ++k) po[k] = unary_apply<T>(op, pa[k * st[1]]);
+          for (int64_t k = 0; k < len; ++k) po[k] = apply<T>(op, pa[k * st[1]], T{});
+      });
+    });
+    return out;
+  }
+
+  // A unary op with a bool result on a number (isnan, isinf).
+  static BufferView predicate(const Node& n, const BufferView& in) {
+    BufferView out = host_dense(DType::b8, n.shape);
+    dispatch(n.args[0]->dtype, [&](auto tag) {
+      using T = decltype(tag);
+      bool* o = out.ptr<bool>();
+      const T* a = in.ptr<T>();
+      Op op = n.op;
+      StridedLoop<2> loop(n.shape, {&out.strides, &in.strides});
+      loop.run([&](auto off, auto st, int64_t len) {
+        for (int64_t k = 0; k < len; ++k) o[off[0] + k] = apply<T>(op, a[off[1] + k * st[1]], T{}) != T(0);
       });
     });
     return out;
@@ -234,15 +263,12 @@ class Interpreter {
       };
       // The common ops get their own loop so the compiler vectorizes them.
       if constexpr (!std::is_same_v<T, bool>) {
-        switch (n.op) {
-          case Op::Add: return body([](T x, T y) { return static_cast<T>(x + y); });
-          case Op::Sub: return body([](T x, T y) { return static_cast<T>(x - y); });
-          case Op::Mul: return body([](T x, T y) { return static_cast<T>(x * y); });
-          default: break;
-        }
+        if (n.op == Op::Add) return body([](T x, T y) { return static_cast<T>(x + y); });
+        if (n.op == Op::Sub) return body([](T x, T y) { return static_cast<T>(x - y); });
+        if (n.op == Op::Mul) return body([](T x, T y) { return static_cast<T>(x * y); });
       }
       Op op = n.op;
-      body([op](T x, T y) { return binary_apply<T>(op, x, y); });
+      body([op](T x, T y) { return apply<T>(op, x, y); });
     });
     return out;
   }
@@ -258,7 +284,7 @@ class Interpreter {
       StridedLoop<3> loop(n.shape, {&out.strides, &a.strides, &b.strides});
       loop.run([&](auto off, auto st, int64_t len) {
         for (int64_t k = 0; k < len; ++k)
-          o[off[0] + k] = compare_apply<T>(op, pa[off[1] + k * st[1]], pb[off[2] + k * st[2]]);
+          o[off[0] + k] = apply<T>(op, pa[off[1] + k * st[1]], pb[off[2] + k * st[2]]) != T(0);
       });
     });
     return out;
@@ -316,7 +342,7 @@ class Interpreter {
                 case Op::ArgMax:
                   if (acc == acc && (v > acc || v != v)) { acc = v; best = pos; }
                   break;
-                default: break;
+                TESSEL_IR_CASES_NOT_REDUCE break;
               }
             }
           });
@@ -380,7 +406,7 @@ class Interpreter {
           v.strides[i] = in.strides[i] * n.axes[2 * i + 1];
         }
         return v;
-      default: break;
+      TESSEL_IR_CASES_NOT_MOVEMENT break;
     }
     throw InternalError("ref interpreter: unknown movement op");
   }
@@ -438,7 +464,7 @@ class Interpreter {
           std::memcpy(q, read(0, src), es);
           break;
         }
-        default: throw InternalError("ref interpreter: unknown indexed op");
+        TESSEL_IR_CASES_NOT_INDEXED throw InternalError("ref interpreter: not an indexed op");
       }
       for (int64_t d = rank - 1; d >= 0; --d) {  // next multi-index, row-major
         if (++idx[static_cast<size_t>(d)] < n.shape[d]) break;

@@ -14,6 +14,15 @@ DropoutImpl::DropoutImpl(double p) : Module("Dropout"), p(p) {
 Tensor DropoutImpl::forward(const Tensor& x) { return dropout(x, p, is_training()); }
 std::string DropoutImpl::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
 
+GELUImpl::GELUImpl(std::string approximate) : Module("GELU"), approximate(std::move(approximate)) {
+  if (this->approximate != "none" && this->approximate != "tanh")
+    throw ValueError(fmt::format("GELU: approximate must be \"none\" or \"tanh\", got \"{}\"", this->approximate));
+}
+Tensor GELUImpl::forward(const Tensor& x) { return gelu(x, approximate); }
+std::string GELUImpl::extra_repr() const { return fmt::format("approximate='{}'", approximate); }
+
+Tensor SiLUImpl::forward(const Tensor& x) { return silu(x); }
+
 Tensor SoftmaxImpl::forward(const Tensor& x) { return softmax(x, dim); }
 std::string SoftmaxImpl::extra_repr() const { return fmt::format("dim={}", dim); }
 

@@ -13,6 +13,38 @@ class ReLUImpl : public Module {
 };
 TESSEL_MODULE(ReLU);
 
+class TanhImpl : public Module {
+ public:
+  TanhImpl() : Module("Tanh") {}
+  Tensor forward(const Tensor& x) override { return x.tanh(); }
+};
+TESSEL_MODULE(Tanh);
+
+class SigmoidImpl : public Module {
+ public:
+  SigmoidImpl() : Module("Sigmoid") {}
+  Tensor forward(const Tensor& x) override { return x.sigmoid(); }
+};
+TESSEL_MODULE(Sigmoid);
+
+/// gelu (functional.h); approximate "none" (exact) or "tanh", as torch.nn.GELU.
+///   nn::Sequential mlp(nn::Linear(64, 256), nn::GELU("tanh"), nn::Linear(256, 64));
+class GELUImpl : public Module {
+ public:
+  explicit GELUImpl(std::string approximate = "none");
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  std::string approximate;
+};
+TESSEL_MODULE(GELU);
+
+class SiLUImpl : public Module {
+ public:
+  SiLUImpl() : Module("SiLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+TESSEL_MODULE(SiLU);
+
 class IdentityImpl : public Module {
  public:
   IdentityImpl() : Module("Identity") {}

@@ -57,6 +57,50 @@ TEST_CASE("gradcheck: sigmoid", "[gradcheck]") {
 TEST_CASE("gradcheck: relu", "[gradcheck]") {
   unary("relu", 8, Domain::away_from_zero, [](const auto& x) { return Tensor(relu(x[0])); });
 }
+TEST_CASE("gradcheck: sin", "[gradcheck]") {
+  unary("sin", 101, Domain::any, [](const auto& x) { return x[0].sin(); });
+}
+TEST_CASE("gradcheck: cos", "[gradcheck]") {
+  unary("cos", 102, Domain::any, [](const auto& x) { return Tensor(cos(x[0])); });
+}
+TEST_CASE("gradcheck: erf", "[gradcheck]") {
+  unary("erf", 103, Domain::any, [](const auto& x) { return x[0].erf(); });
+}
+TEST_CASE("gradcheck: log1p", "[gradcheck]") {
+  unary("log1p", 104, Domain::positive, [](const auto& x) { return x[0].log1p(); });
+}
+TEST_CASE("gradcheck: expm1", "[gradcheck]") {
+  unary("expm1", 105, Domain::any, [](const auto& x) { return x[0].expm1(); });
+}
+TEST_CASE("gradcheck: rsqrt", "[gradcheck]") {
+  unary("rsqrt", 106, Domain::positive, [](const auto& x) { return x[0].rsqrt(); });
+}
+TEST_CASE("gradcheck: reciprocal", "[gradcheck]") {
+  unary("reciprocal", 107, Domain::away_from_zero, [](const auto& x) { return x[0].reciprocal(); });
+}
+TEST_CASE("gradcheck: gelu, exact and tanh", "[gradcheck]") {
+  unary("gelu", 108, Domain::any, [](const auto& x) { return gelu(x[0]); });
+  unary("gelu tanh", 109, Domain::any, [](const auto& x) { return gelu(x[0], "tanh"); });
+}
+TEST_CASE("gradcheck: silu", "[gradcheck]") {
+  unary("silu", 110, Domain::any, [](const auto& x) { return silu(x[0]); });
+}
+TEST_CASE("gradcheck: softplus with beta and threshold", "[gradcheck]") {
+  unary("softplus", 111, Domain::any, [](const auto& x) { return softplus(x[0]); });
+  // Threshold 0.5 at beta 2: both branches of the select are taken.
+  unary("softplus 2 0.5", 112, Domain::any, [](const auto& x) { return softplus(x[0], 2.0, 0.5); });
+}
+TEST_CASE("gradcheck: clamp", "[gradcheck]") {
+  unary("clamp", 113, Domain::any, [](const auto& x) { return x[0].clamp(-0.5, 0.5); });
+  unary("clamp min", 114, Domain::any, [](const auto& x) { return x[0].clamp(0.25); });
+}
+// Piecewise constant: a zero gradient away from the jumps (random inputs miss them).
+TEST_CASE("gradcheck: sign floor ceil round", "[gradcheck]") {
+  unary("sign times x", 115, Domain::away_from_zero, [](const auto& x) { return Tensor(x[0].sign() * x[0]); });
+  unary("floor plus x", 116, Domain::any, [](const auto& x) { return Tensor(x[0].floor() + x[0]); });
+  unary("ceil plus x", 117, Domain::any, [](const auto& x) { return Tensor(x[0].ceil() + x[0]); });
+  unary("round plus x", 118, Domain::any, [](const auto& x) { return Tensor(x[0].round() + x[0]); });
+}
 TEST_CASE("gradcheck: pow with scalar exponents", "[gradcheck]") {
   unary("pow 2", 9, Domain::any, [](const auto& x) { return x[0].pow(2); });
   unary("pow 3", 10, Domain::any, [](const auto& x) { return Tensor(pow(x[0], 3)); });

@@ -49,6 +49,10 @@ TEST_CASE("generated CUDA kernels of random trees compile clean under NVRTC for 
       tessel::cudagen::realize_steps(collect, c.roots, false);
     }
   }
+  {
+    Case c = TreeGen(seed, 8000).make_every_unary_op();
+    tessel::cudagen::realize_steps(collect, c.roots, false);
+  }
   std::vector<const tessel::kir::Kernel*> ks;
   int reductions = 0;
   for (auto& [text, k] : collect.kernels) {

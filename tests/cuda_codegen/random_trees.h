@@ -39,6 +39,23 @@ class TreeGen {
  public:
   TreeGen(uint64_t seed, int index, int64_t max_numel = 4096) : rng_(seed * 1000003u + static_cast<uint64_t>(index)), max_numel_(max_numel) {}
 
+  /// Every unary op of the node-kind table (Cast aside) over f32, f64 and
+  /// i64 leaves, one root each: no op's emitter line is left to chance.
+  Case make_every_unary_op() {
+    Case c;
+    out_ = Shape{3, 37};
+    for (int o = 0; o < tessel::ir::kNumOps; ++o) {
+      Op op = static_cast<Op>(o);
+      if (tessel::ir::op_category(op) != tessel::ir::Category::Unary || op == Op::Cast) continue;
+      for (DType t : {DType::f32, DType::f64, DType::i64}) {
+        if (op == Op::Not) t = DType::b8;
+        c.roots.push_back(tessel::ir::unary(op, broadcast_leaf(t)));
+      }
+    }
+    c.what = "every unary op " + out_.str();
+    return c;
+  }
+
   /// One random case. `kind` 0: elementwise, 1: reduction, 2: two roots, 3: backward.
   Case make(int kind) {
     Case c;
@@ -247,6 +264,9 @@ class TreeGen {
     if (t == DType::b8) {
       switch (uniform(0, 4)) {
         case 0: r = tessel::ir::unary(Op::Not, expr(t, depth - 1)); break;
+        case 4:
+          r = tessel::ir::unary(pick<Op>({Op::IsNan, Op::IsInf}), expr(pick<DType>({DType::f32, DType::f64}), depth - 1));
+          break;
         case 1: r = tessel::ir::binary(pick<Op>({Op::And, Op::Or}), expr(t, depth - 1), expr(t, depth - 1)); break;
         case 2: {  // a mask from element indices (tril-like), computed in the kernel
           const int64_t rank = out_.rank();
@@ -264,7 +284,10 @@ class TreeGen {
       }
     } else if (tessel::is_integral(t)) {
       switch (uniform(0, 4)) {
-        case 0: r = tessel::ir::unary(pick<Op>({Op::Neg, Op::Abs, Op::Relu}), expr(t, depth - 1)); break;
+        case 0:
+          r = tessel::ir::unary(pick<Op>({Op::Neg, Op::Abs, Op::Relu, Op::Sign, Op::Floor, Op::Ceil, Op::Round}),
+                                expr(t, depth - 1));
+          break;
         case 1: case 2:
           r = tessel::ir::binary(pick<Op>({Op::Add, Op::Sub, Op::Mul, Op::Maximum, Op::Minimum}), expr(t, depth - 1),
                                  expr(t, depth - 1));
@@ -275,7 +298,9 @@ class TreeGen {
     } else {
       switch (uniform(0, 8)) {
         case 0: case 1:
-          r = tessel::ir::unary(pick<Op>({Op::Neg, Op::Abs, Op::Exp, Op::Log, Op::Sqrt, Op::Tanh, Op::Sigmoid, Op::Relu}),
+          r = tessel::ir::unary(pick<Op>({Op::Neg, Op::Abs, Op::Exp, Op::Log, Op::Sqrt, Op::Tanh, Op::Sigmoid, Op::Relu,
+                                          Op::Sin, Op::Cos, Op::Erf, Op::Log1p, Op::Expm1, Op::Rsqrt, Op::Reciprocal,
+                                          Op::Sign, Op::Floor, Op::Ceil, Op::Round}),
                                 expr(t, depth - 1));
           break;
         case 2: case 3:

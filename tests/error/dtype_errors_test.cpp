@@ -74,3 +74,11 @@ TEST_CASE("softmax and log_softmax of an integer tensor", "[error]") {
   REQUIRE_ERROR(softmax(i, 0), DTypeError, "softmax", "floating-point", "i64", "x.to(DType::f32)");
   REQUIRE_ERROR(log_softmax(i, 0), DTypeError, "log_softmax", "floating-point", "i64");
 }
+
+TEST_CASE("gelu silu and softplus of an integer tensor", "[error]") {
+  Tensor i = tensor({1, 2});
+  REQUIRE_ERROR(gelu(i), DTypeError, "gelu", "floating-point", "i64", "x.to(DType::f32)");
+  REQUIRE_ERROR(silu(i), DTypeError, "silu", "floating-point", "i64", "x.to(DType::f32)");
+  REQUIRE_ERROR(softplus(i), DTypeError, "softplus", "floating-point", "i64", "x.to(DType::f32)");
+  REQUIRE_ERROR(nn::GELU()(i), DTypeError, "gelu", "i64");
+}

@@ -106,3 +106,13 @@ TEST_CASE("errors about undefined tensors and lazy parameters speak of the user'
                 "run a forward pass");
   REQUIRE_ERROR(Tensor().backward(), ValueError, "backward: an undefined tensor");
 }
+
+TEST_CASE("gelu with an unknown approximation", "[error]") {
+  REQUIRE_ERROR(gelu(ones({2}), "erf"), ValueError, "gelu", "approximate", "\"none\" or \"tanh\"", "\"erf\"");
+  REQUIRE_ERROR(nn::GELU("fast"), ValueError, "GELU", "approximate", "\"none\" or \"tanh\"", "\"fast\"");
+}
+
+TEST_CASE("clamp without a bound", "[error]") {
+  REQUIRE_ERROR(ones({2}).clamp(std::nullopt, std::nullopt), ValueError, "clamp", "at least one of min and max",
+                "x.clamp(0.0, 1.0)");
+}

@@ -62,7 +62,7 @@ struct TreeGen {
       }
       case 4: case 5: {
         Tensor a = gen(depth - 1);
-        switch (g() % 8) {
+        switch (g() % 23) {
           case 0: return a.neg();
           case 1: return a.abs();
           case 2: return a.tanh();
@@ -70,6 +70,21 @@ struct TreeGen {
           case 4: return a.relu();
           case 5: return Tensor(a.abs() + 1).sqrt();
           case 6: return Tensor(a.abs() + 1).log();
+          case 7: return a.sin();
+          case 8: return a.cos();
+          case 9: return a.erf();
+          case 10: return gelu(a);
+          case 11: return gelu(a, "tanh");
+          case 12: return silu(a);
+          case 13: return softplus(a, 2.0, 3.0);
+          case 14: return a.abs().log1p();
+          case 15: return Tensor(a * 0.5).expm1();
+          case 16: return Tensor(a.abs() + 1).rsqrt();
+          case 17: return Tensor(a.abs() + 1).reciprocal();
+          case 18: return Tensor(a * 3).floor() + Tensor(a * 3).ceil();
+          case 19: return Tensor(a * 3).round() - a.sign();
+          case 20: return a.clamp(-0.5, 0.75);
+          case 21: return where(Tensor(a.log()).isnan() || Tensor(a.exp() * 1e38).isinf(), a, a * 2);
           default: return Tensor(a * 0.5).exp();
         }
       }

@@ -134,3 +134,24 @@ TEST_CASE("S1.6 gradients reach inputs and parameters", "[nn][S1.6]") {
     for (int c = 0; c < 3; ++c) CHECK(gx[r * 3 + c] == Approx(W[c] + W[3 + c]));
   CHECK(fc->bias.grad().to_vector<float>() == std::vector<float>{4, 4});
 }
+
+TEST_CASE("activation modules GELU SiLU Tanh Sigmoid compute their functions and print as PyTorch", "[nn]") {
+  Tensor x = from_vector<double>({-1.0, 0.0, 2.0}, {3});
+  nn::Sequential net(nn::Linear(3, 3), nn::GELU(), nn::SiLU(), nn::Tanh(), nn::Sigmoid(), nn::GELU("tanh"));
+  CHECK(net->repr() ==
+        "Sequential(\n"
+        "  (0): Linear(in_features=3, out_features=3, bias=True)\n"
+        "  (1): GELU(approximate='none')\n"
+        "  (2): SiLU()\n"
+        "  (3): Tanh()\n"
+        "  (4): Sigmoid()\n"
+        "  (5): GELU(approximate='tanh')\n"
+        ")");
+  auto same = [](const Tensor& a, const Tensor& b) { CHECK(a.to_vector<double>() == b.to_vector<double>()); };
+  same(nn::GELU()(x), gelu(x));
+  same(nn::GELU("tanh")(x), gelu(x, "tanh"));
+  same(nn::SiLU()(x), silu(x));
+  same(nn::Tanh()(x), x.tanh());
+  same(nn::Sigmoid()(x), x.sigmoid());
+  CHECK(nn::GELU()(x).to_vector<double>()[2] == Approx(2.0 * 0.5 * (1 + std::erf(2.0 / std::sqrt(2.0)))));
+}

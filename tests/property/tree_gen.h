@@ -197,7 +197,12 @@ class TreeGen {
   Pair unary(const Dims& target, int depth) {
     Pair a = gen(target, depth - 1);
     bool fl = mode_ != Mode::i64;
-    int op = static_cast<int>(uni(0, fl ? 10 : 4));
+    // Integer trees draw ops 0-4 and sign; floor/ceil/round and sign of floats
+    // are left to the compiled-vs-ref trees: a last-bit difference from the
+    // naive double evaluation would flip them.
+    int op = static_cast<int>(uni(0, fl ? 22 : 5));
+    if (!fl && op == 5) op = 22;
+    else if (fl && op == 22) op = 23;
     Pair r;
     switch (op) {
       case 0:
@@ -243,6 +248,61 @@ class TreeGen {
       case 9:
         r.t = a.t.sigmoid(), r.n = naive::map(a.n, [](double x) { return 1.0 / (1.0 + std::exp(-x)); });
         r.desc = "sigmoid(" + a.desc + ")";
+        break;
+      case 10:
+        r.t = sin(a.t), r.n = naive::map(a.n, [](double x) { return std::sin(x); }), r.desc = "sin(" + a.desc + ")";
+        break;
+      case 11:
+        r.t = a.t.cos(), r.n = naive::map(a.n, [](double x) { return std::cos(x); }), r.desc = "cos(" + a.desc + ")";
+        break;
+      case 12:
+        r.t = erf(a.t), r.n = naive::map(a.n, [](double x) { return std::erf(x); }), r.desc = "erf(" + a.desc + ")";
+        break;
+      case 13:
+        r.t = gelu(a.t), r.n = naive::map(a.n, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); });
+        r.desc = "gelu(" + a.desc + ")";
+        break;
+      case 14:
+        r.t = gelu(a.t, "tanh");
+        r.n = naive::map(a.n, [](double x) {
+          return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        });
+        r.desc = "gelu_tanh(" + a.desc + ")";
+        break;
+      case 15:
+        r.t = silu(a.t), r.n = naive::map(a.n, [](double x) { return x / (1 + std::exp(-x)); });
+        r.desc = "silu(" + a.desc + ")";
+        break;
+      case 16:
+        r.t = softplus(a.t), r.n = naive::map(a.n, [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); });
+        r.desc = "softplus(" + a.desc + ")";
+        break;
+      case 17:
+        r.t = log1p(a.t.abs()), r.n = naive::map(a.n, [](double x) { return std::log1p(std::fabs(x)); });
+        r.desc = "log1p(|" + a.desc + "|)";
+        break;
+      case 18:  // expm1 of a value capped at 5
+        r.t = expm1(minimum(a.t, 5.0)), r.n = naive::map(a.n, [](double x) { return std::expm1(std::min(x, 5.0)); });
+        r.desc = "expm1(min(" + a.desc + ",5))";
+        break;
+      case 19:
+        r.t = Tensor(a.t.abs() + 0.5).rsqrt();
+        r.n = naive::map(a.n, [](double x) { return 1 / std::sqrt(std::fabs(x) + 0.5); });
+        r.desc = "rsqrt(|" + a.desc + "|+.5)";
+        break;
+      case 20:
+        r.t = Tensor(a.t.abs() + 0.5).reciprocal();
+        r.n = naive::map(a.n, [](double x) { return 1 / (std::fabs(x) + 0.5); });
+        r.desc = "reciprocal(|" + a.desc + "|+.5)";
+        break;
+      case 21:
+        if (smooth) return a;  // kinks at the bounds
+        r.t = a.t.clamp(-1.0, 1.0), r.n = naive::map(a.n, [](double x) { return x < -1 ? -1 : x > 1 ? 1 : x; });
+        r.desc = "clamp(" + a.desc + ",-1,1)";
+        break;
+      case 22:
+        r.t = a.t.sign(), r.n = naive::map(a.n, [](double x) { return static_cast<double>((0 < x) - (x < 0)); });
+        r.desc = "sign(" + a.desc + ")";
         break;
       default:
         r.t = Tensor(a.t.abs() + 1).pow(0.5), r.n = naive::map(a.n, [](double x) { return std::pow(std::fabs(x) + 1, 0.5); });
