@@ -165,6 +165,15 @@ int main(int argc, char** argv) {
         fmt::print("failed after {:.2f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         throw;
       }
+    } else if (scenario == "exit_rank1") {
+      fmt::print("rank {} of {} joined\n", rank, size);
+      std::fflush(stdout);
+      if (rank == 1) std::_Exit(7);
+      std::this_thread::sleep_for(std::chrono::seconds(60));  // ended by tessel-run when rank 1 fails
+    } else if (scenario == "wait_for_signal") {
+      fmt::print("ready\n");
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::seconds(60));  // ended by the signal tessel-run passes on
     } else {
       fmt::print(stderr, "unknown scenario {}\n", scenario);
       return 2;
