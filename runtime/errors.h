@@ -32,6 +32,9 @@ struct CompileError : Error { using Error::Error; };
 struct OutOfMemoryError : Error { using Error::Error; };
 /// A module used in a way its type does not allow (wrong cast, duplicate name).
 struct ModuleError : Error { using Error::Error; };
+/// A distributed run that cannot go on: a rank died or hung past the timeout,
+/// ranks disagree (a model or a collective's tensors differ), or rendezvous failed.
+struct DistError : Error { using Error::Error; };
 
 /// An internal invariant broke: a bug in tessel, not a user mistake.
 struct InternalError : std::logic_error {

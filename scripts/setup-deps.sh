@@ -15,6 +15,7 @@ pkgs=(
   llvm-15-dev           # CPU JIT (ORC); optional at configure time
   libopenblas-dev       # matmul
   libxxhash-dev         # kernel keys and checksums
+  libgloo-dev           # collectives for distributed training (CPU)
   nlohmann-json3-dev    # safetensors headers, manifests
   zlib1g-dev            # Fashion-MNIST IDX .gz files
   libcli11-dev          # tessel-ckpt

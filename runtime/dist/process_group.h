@@ -1,0 +1,70 @@
+// ProcessGroup: the ranks of a distributed run and the collectives among them.
+// Every collective is asynchronous: it returns a Work handle at once and runs
+// on the group's communication thread, in the order the calls were made, so
+// every rank must issue the same collectives in the same order (as with
+// PyTorch's process groups). Before its payload moves, each collective checks
+// that every rank passed the same kind of call with the same shape and dtype;
+// a difference is a DistError naming the first rank that differs, never
+// silently mixed memory. A rank that dies or hangs makes the others fail
+// within `timeout` with a DistError naming it.
+//
+// This layer moves raw memory (runtime/ knows no Tensor); dsl/dist/collectives.h
+// offers the same calls on tensors:
+//   auto pg = dist::init_process_group({.backend = "gloo"});   // RANK, WORLD_SIZE, MASTER_ADDR, ...
+//   dist::all_reduce(t);                                        // t: the sum over ranks, in place
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/shape.h"
+
+namespace tessel::dist {
+
+enum class ReduceOp : uint8_t { sum, avg, max };
+std::string_view reduce_op_name(ReduceOp op);
+
+/// A contiguous block of one rank's memory taking part in a collective.
+struct CommBuffer {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Shape shape;
+  Device device;
+  int64_t numel() const { return shape.numel(); }
+};
+
+/// An asynchronous collective. wait() blocks until it is done and rethrows its
+/// error (a DistError); the memory it works on must stay alive until then.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() const = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  /// Every rank's `buf` becomes the reduction over ranks (avg: the sum / size(); floating only).
+  virtual WorkPtr all_reduce(CommBuffer buf, ReduceOp op) = 0;
+  /// Every rank's `buf` becomes `root`'s.
+  virtual WorkPtr broadcast(CommBuffer buf, int root) = 0;
+  /// `out` (size() times `in`'s elements) becomes every rank's `in`, in rank order.
+  virtual WorkPtr all_gather(CommBuffer out, CommBuffer in) = 0;
+  /// `in` holds size() equal chunks; `out` becomes the reduction of chunk rank() over ranks.
+  virtual WorkPtr reduce_scatter(CommBuffer out, CommBuffer in, ReduceOp op) = 0;
+  /// Completes when every rank has reached it.
+  virtual WorkPtr barrier() = 0;
+};
+
+}  // namespace tessel::dist
