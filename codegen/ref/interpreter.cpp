@@ -419,13 +419,7 @@ class Interpreter {
     std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
     std::byte* o = static_cast<std::byte*>(out.storage->data());
     const std::byte* fill = n.op == Op::Pad ? args[1].bytes(n.dtype) : nullptr;  // a scalar
-    // Element `at` (a multi-index) of arg a, by its strides.
-    auto read = [&](size_t a, const std::vector<int64_t>& at) {
-      const BufferView& v = args[a];
-      int64_t off = v.offset;
-      for (size_t d = 0; d < at.size(); ++d) off += at[d] * v.strides[d];
-      return static_cast<const std::byte*>(v.storage->data()) + off * static_cast<int64_t>(es);
-    };
+    auto read = [&](size_t a, const std::vector<int64_t>& at) { return element(args[a], at, es); };
     std::vector<int64_t> src(static_cast<size_t>(rank));
     for (int64_t e = 0; e < total; ++e) {
       std::byte* q = o + e * static_cast<int64_t>(es);
@@ -474,11 +468,13 @@ class Interpreter {
     return out;
   }
 
-  static const std::byte* read_i64(const BufferView& v, const std::vector<int64_t>& at) {
+  // Element `at` (a multi-index) of a view with elements of `es` bytes, by its strides.
+  static const std::byte* element(const BufferView& v, const std::vector<int64_t>& at, size_t es) {
     int64_t off = v.offset;
     for (size_t d = 0; d < at.size(); ++d) off += at[d] * v.strides[d];
-    return static_cast<const std::byte*>(v.storage->data()) + off * 8;
+    return static_cast<const std::byte*>(v.storage->data()) + off * static_cast<int64_t>(es);
   }
+  static const std::byte* read_i64(const BufferView& v, const std::vector<int64_t>& at) { return element(v, at, 8); }
 
   // Zeros, then src's elements added at idx's positions in element order: the
   // same sums in the same order every run (no atomics).
