@@ -70,7 +70,6 @@ CodeInUse::~CodeInUse() {
 }
 
 std::uint64_t code_generation() { return g_generation.load(std::memory_order_acquire); }
-std::uint64_t code_generations_started() { return code_generation(); }
 
 void free_when_unused(std::shared_ptr<void> garbage) {
   std::lock_guard lock(retire_mu());

@@ -56,7 +56,4 @@ void free_when_unused(std::shared_ptr<void> garbage);
 /// `gen` is still the current generation; returns whether it ran.
 bool insert_if_current(std::uint64_t gen, const std::function<void()>& insert);
 
-/// Generations started so far.
-std::uint64_t code_generations_started();
-
 }  // namespace tessel::cpujit
