@@ -6,6 +6,8 @@
 #include "dsl/nn/layers.h"
 #include "dsl/nn/linear.h"
 #include "dsl/nn/module.h"
+#include "dsl/nn/module_dict.h"
+#include "dsl/nn/module_list.h"
 #include "dsl/nn/parameter.h"
 #include "dsl/nn/sequential.h"
 #include "dsl/nn/symbolic.h"
