@@ -5,6 +5,7 @@
 #include "dsl/nn/init.h"
 #include "dsl/nn/layers.h"
 #include "dsl/nn/linear.h"
+#include "dsl/nn/loss.h"
 #include "dsl/nn/module.h"
 #include "dsl/nn/module_dict.h"
 #include "dsl/nn/module_list.h"
