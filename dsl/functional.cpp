@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "codegen/builders.h"
 #include "codegen/grad_mode.h"
 
@@ -76,18 +78,29 @@ namespace {
 // A label outside [0, C) would select no class: a row of zeros, and a loss
 // that is silently wrong. PyTorch raises; so does tessel (the labels are
 // read on the host: one batch of integers, which training reads anyway).
-void check_labels(std::string_view op, const Tensor& labels, int64_t num_classes) {
+void check_labels(std::string_view op, const Tensor& labels, int64_t num_classes,
+                  std::optional<int64_t> ignore_index = std::nullopt) {
   if (is_floating(labels.dtype()))
     throw DTypeError(fmt::format("{}: labels must be integer class indices, got dtype {}", op,
                                  dtype_name(labels.dtype())));
   if (num_classes <= 0)
     throw ValueError(fmt::format("{}: the number of classes must be positive, got {}", op, num_classes));
   const std::vector<int64_t> v = labels.to_vector<int64_t>();
-  for (size_t i = 0; i < v.size(); ++i)
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (ignore_index && v[i] == *ignore_index) continue;
     if (v[i] < 0 || v[i] >= num_classes)
       throw IndexError(fmt::format("{}: label {} (at index {}) is outside [0, {}): labels must be class indices "
-                                   "from 0 to C-1 for C = {} classes",
-                                   op, v[i], i, num_classes, num_classes));
+                                   "from 0 to C-1 for C = {} classes{}",
+                                   op, v[i], i, num_classes, num_classes,
+                                   ignore_index ? fmt::format(", or ignore_index = {}", *ignore_index) : ""));
+  }
+}
+
+// "mean", "sum" or "none", as PyTorch's losses spell them.
+void check_reduction(std::string_view op, std::string_view reduction) {
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    throw ValueError(fmt::format("{}: reduction must be \"mean\", \"sum\" or \"none\", got \"{}\"", op,
+                                 reduction));
 }
 
 Tensor one_hot_of_checked(const Tensor& labels, int64_t num_classes) {
@@ -101,21 +114,43 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes) {
   return one_hot_of_checked(labels, num_classes);
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntropyOptions& opt) {
   if (logits.dim() != 2)
     throw ShapeError(fmt::format("cross_entropy: logits must be [N, C], got shape {}", logits.shape().str()));
   if (labels.dim() != 1 || labels.size(0) != logits.size(0))
     throw ShapeError(fmt::format("cross_entropy: labels must be [N] = [{}] class indices, got shape {}",
                                  logits.size(0), labels.shape().str()));
-  check_labels("cross_entropy", labels, logits.size(1));
-  Tensor mask = one_hot_of_checked(labels, logits.size(1)).to(logits.dtype());
-  Tensor picked = mul(log_softmax(logits, 1), mask).sum({1});
-  return picked.mean().neg();
+  check_reduction("cross_entropy", opt.reduction);
+  if (!(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0))
+    throw ValueError(fmt::format("cross_entropy: label_smoothing must be in [0, 1], got {}", opt.label_smoothing));
+  const int64_t num_classes = logits.size(1);
+  check_labels("cross_entropy", labels, num_classes, opt.ignore_index);
+  // An ignored label selects no class in the one-hot (it is outside [0, C)
+  // or masked below), so its row of nll is 0; `keep` zeroes its smoothing term.
+  Tensor keep = binary_op(ir::Op::Ne, labels, Scalar(opt.ignore_index)).to(logits.dtype());
+  Tensor mask = mul(one_hot_of_checked(labels, num_classes).to(logits.dtype()), keep.unsqueeze(-1));
+  Tensor logp = log_softmax(logits, 1);
+  Tensor loss = mul(logp, mask).sum({1}).neg();
+  if (opt.label_smoothing > 0) {
+    const double eps = opt.label_smoothing;
+    Tensor smooth = binary_op(ir::Op::Div, mul(logp.sum({1}), keep).neg(), Scalar(static_cast<double>(num_classes)));
+    loss = add(binary_op(ir::Op::Mul, loss, Scalar(1.0 - eps)), binary_op(ir::Op::Mul, smooth, Scalar(eps)));
+  }
+  if (opt.reduction == "none") return loss;
+  if (opt.reduction == "sum") return loss.sum();
+  // The mean is over the rows that count: 0 / 0 = NaN when every row is ignored, as in PyTorch.
+  int64_t counted = 0;
+  for (int64_t v : labels.to_vector<int64_t>()) counted += v != opt.ignore_index;
+  return binary_op(ir::Op::Div, loss.sum(), Scalar(static_cast<double>(counted)));
 }
 
-Tensor mse_loss(const Tensor& pred, const Tensor& target) {
+Tensor mse_loss(const Tensor& pred, const Tensor& target, std::string_view reduction) {
+  check_reduction("mse_loss", reduction);
   Tensor d = sub(pred, target);
-  return mul(d, d).mean();
+  Tensor sq = mul(d, d);
+  if (reduction == "none") return sq;
+  if (reduction == "sum") return sq.sum();
+  return sq.mean();
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {

@@ -13,10 +13,26 @@ namespace tessel {
 Tensor softmax(const Tensor& x, int64_t dim);
 /// log(softmax(x)) computed stably: x - max - log(sum(exp(x - max))).
 Tensor log_softmax(const Tensor& x, int64_t dim);
-/// Mean negative log-likelihood of integer `labels` [N] under `logits` [N, C].
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
-/// Mean squared error.
-Tensor mse_loss(const Tensor& pred, const Tensor& target);
+/// Options of cross_entropy, as torch.nn.functional.cross_entropy's.
+struct CrossEntropyOptions {
+  /// Rows whose label is this contribute nothing, and "mean" does not count them.
+  int64_t ignore_index = -100;
+  /// eps in [0, 1]: loss = (1 - eps) * nll + eps * mean over classes of -log p.
+  double label_smoothing = 0.0;
+  /// "mean" (over non-ignored rows), "sum", or "none" (one loss per row, 0 where ignored).
+  std::string_view reduction = "mean";
+};
+/// Negative log-likelihood of integer `labels` [N] under `logits` [N, C],
+/// with PyTorch's ignore_index, label_smoothing and reduction.
+///
+///   Tensor loss = cross_entropy(logits, labels);                  // mean over rows
+///   Tensor l2 = cross_entropy(logits, labels, {.ignore_index = 0, .label_smoothing = 0.1});
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntropyOptions& options = {});
+/// Squared error, reduced as torch.nn.functional.mse_loss: "mean", "sum" or "none".
+///
+///   Tensor loss = mse_loss(pred, target);          // a scalar
+///   Tensor each = mse_loss(pred, target, "none");  // pred's shape
+Tensor mse_loss(const Tensor& pred, const Tensor& target, std::string_view reduction = "mean");
 /// [N] int labels -> [N, C] bool.
 Tensor one_hot(const Tensor& labels, int64_t num_classes);
 /// x * P(X <= x) for a standard normal X, as torch.nn.functional.gelu:

@@ -184,6 +184,19 @@ class ModulePtr {
 
 [[noreturn]] void throw_bad_module_cast(const Module& m, const char* wanted);
 
+namespace detail {
+/// What containers accept as a child: a module handle (nn::Linear), a
+/// ModulePtr, a shared_ptr to a module, or a module object (moved into a new one).
+template <class M>
+std::shared_ptr<Module> to_module_ptr(M&& m) {
+  using D = std::remove_cvref_t<M>;
+  if constexpr (std::is_convertible_v<D, std::shared_ptr<Module>>) return m;
+  else if constexpr (std::is_same_v<D, ModulePtr>) return m.ptr();
+  else if constexpr (requires { m.ptr(); }) return m.ptr();
+  else return std::make_shared<D>(std::forward<M>(m));
+}
+}  // namespace detail
+
 template <class T> struct is_module_holder : std::false_type {};
 template <class T>
   requires requires { typename T::ImplType; }

@@ -24,23 +24,13 @@ class SequentialImpl : public Module {
   /// Appends a module handle, a shared_ptr to a module, or a module object.
   template <class M>
   void push_back(M&& m) {
-    add_module(std::to_string(size()), to_ptr(std::forward<M>(m)));
+    add_module(std::to_string(size()), detail::to_module_ptr(std::forward<M>(m)));
   }
   size_t size() const { return children().size(); }
   ModulePtr operator[](int64_t i) const;
   Tensor forward(const Tensor& x) override;
 
   auto begin() const { return named_children().begin(); }
-
- private:
-  template <class M>
-  static std::shared_ptr<Module> to_ptr(M&& m) {
-    using D = std::remove_cvref_t<M>;
-    if constexpr (std::is_convertible_v<D, std::shared_ptr<Module>>) return m;
-    else if constexpr (std::is_same_v<D, ModulePtr>) return m.ptr();
-    else if constexpr (requires { m.ptr(); }) return m.ptr();
-    else return std::make_shared<D>(std::forward<M>(m));
-  }
 };
 TESSEL_MODULE(Sequential);
 
