@@ -182,6 +182,43 @@ class Tensor {
   Tensor min(int64_t dim, bool keepdim = false) const;
   Tensor argmax() const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
+  /// The index of the first minimum, as torch.argmin (dsl/reductions.h).
+  Tensor argmin() const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
+  /// torch.max(x, dim)'s pair: the values and their int64 indices.
+  struct ValuesIndices;
+  /// The maximum along `dim` and the index of the first one; the values'
+  /// gradient goes to that index only (max(dim) splits it between ties).
+  ///
+  ///   auto [v, i] = x.max_with_indices(1);
+  ValuesIndices max_with_indices(int64_t dim, bool keepdim = false) const;
+  ValuesIndices min_with_indices(int64_t dim, bool keepdim = false) const;
+  /// Variance and standard deviation over `dims` (all when empty), divided by
+  /// N - correction, as torch.var / torch.std; `unbiased` false is correction 0.
+  ///
+  ///   Tensor v = x.var({1});              // unbiased
+  ///   Tensor s = x.std({0, 1}, 0, true);  // population, dims kept
+  ///   Tensor u = x.var({1}, false);       // unbiased = false
+  template <class N = double>
+    requires(std::is_arithmetic_v<N> && !std::is_same_v<N, bool>)
+  Tensor var(std::vector<int64_t> dims = {}, N correction = 1, bool keepdim = false) const {
+    return var_with(std::move(dims), static_cast<double>(correction), keepdim);
+  }
+  Tensor var(std::vector<int64_t> dims, bool unbiased, bool keepdim = false) const {
+    return var_with(std::move(dims), unbiased ? 1.0 : 0.0, keepdim);
+  }
+  template <class N = double>
+    requires(std::is_arithmetic_v<N> && !std::is_same_v<N, bool>)
+  Tensor std(std::vector<int64_t> dims = {}, N correction = 1, bool keepdim = false) const {
+    return std_with(std::move(dims), static_cast<double>(correction), keepdim);
+  }
+  Tensor std(std::vector<int64_t> dims, bool unbiased, bool keepdim = false) const {
+    return std_with(std::move(dims), unbiased ? 1.0 : 0.0, keepdim);
+  }
+  /// log(sum(exp(x))) over `dims`, stably (dsl/reductions.h).
+  Tensor logsumexp(std::vector<int64_t> dims, bool keepdim = false) const;
+  /// The p-norm over `dims` (all when empty): p = 2, 1, INFINITY, ... (dsl/reductions.h).
+  Tensor norm(double p = 2.0, std::vector<int64_t> dims = {}, bool keepdim = false) const;
   /// Whether every / some element is nonzero (bool tensors; empty: all() is
   /// true, any() false), as torch.all / torch.any.
   ///
@@ -255,7 +292,14 @@ class Tensor {
 
  protected:
   void check_defined(const char* what) const;
+  Tensor var_with(std::vector<int64_t> dims, double correction, bool keepdim) const;
+  Tensor std_with(std::vector<int64_t> dims, double correction, bool keepdim) const;
   std::shared_ptr<TensorImpl> impl_;
+};
+
+struct Tensor::ValuesIndices {
+  Tensor values;
+  Tensor indices;
 };
 
 // --- creation ---

@@ -13,4 +13,5 @@
 #include "dsl/indexing.h"
 #include "dsl/nn/nn.h"
 #include "dsl/ordered_dict.h"
+#include "dsl/reductions.h"
 #include "dsl/tensor.h"

@@ -2,6 +2,10 @@
 // random shapes that broadcast. Each TEST_CASE checks several random shapes.
 #include "gradcheck.h"
 
+#include <cmath>
+
+#include "dsl/reductions.h"
+
 using namespace tessel;
 using namespace gradcheck;
 
@@ -319,4 +323,52 @@ TEST_CASE("gradcheck: an input used by several ops", "[gradcheck]") {
   check("x * exp(x) + x.sum()", [](const auto& x) { return Tensor(x[0] * x[0].exp() + x[0].sum()); },
         {random_input(rng, {2, 3}, Domain::any)}, rng);
   check("x @ x", [](const auto& x) { return x[0].matmul(x[0]); }, {random_input(rng, {3, 3}, Domain::any)}, rng);
+}
+TEST_CASE("gradcheck: var and std over dims, with and without the correction", "[gradcheck]") {
+  auto rng = rng_for("var", 80);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(2, 4)(rng)};
+    bool keep = k % 2;
+    double corr = (k / 2) % 2;
+    check("var on " + str(s), [=](const auto& x) { return x[0].var({-1}, corr, keep); },
+          {random_input(rng, s, Domain::any)}, rng);
+    check("var over all of " + str(s), [=](const auto& x) { return x[0].var({}, corr); },
+          {random_input(rng, s, Domain::any)}, rng);
+    check("std on " + str(s), [=](const auto& x) { return x[0].std({1}, corr, keep); },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
+}
+TEST_CASE("gradcheck: logsumexp", "[gradcheck]") {
+  auto rng = rng_for("logsumexp", 81);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(1, 4)(rng)};
+    bool keep = k % 2;
+    check("logsumexp on " + str(s), [=](const auto& x) { return logsumexp(x[0], {k % 3 == 0 ? 0 : -1}, keep); },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
+  unary("logsumexp over all dims", 82, Domain::any, [](const auto& x) { return logsumexp(x[0], {}); });
+}
+TEST_CASE("gradcheck: norm for p = 2, 1, inf and 3", "[gradcheck]") {
+  unary("norm 2", 83, Domain::away_from_zero, [](const auto& x) { return norm(x[0]); });
+  unary("norm 1", 84, Domain::away_from_zero, [](const auto& x) { return norm(x[0], 1.0); });
+  unary("norm inf", 85, Domain::away_from_zero, [](const auto& x) { return norm(x[0], INFINITY); });
+  unary("norm 3", 86, Domain::away_from_zero, [](const auto& x) { return norm(x[0], 3.0); });
+  auto rng = rng_for("norm dims", 87);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(2, 4)(rng)};
+    check("norm 2 over dim 1 of " + str(s), [=](const auto& x) { return x[0].norm(2.0, {1}, k % 2); },
+          {random_input(rng, s, Domain::away_from_zero)}, rng);
+  }
+}
+TEST_CASE("gradcheck: max_with_indices and min_with_indices values", "[gradcheck]") {
+  auto rng = rng_for("max_with_indices", 88);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(2, 4)(rng)};
+    int64_t d = k % 2 ? -1 : 0;
+    bool keep = (k / 2) % 2;
+    check("max_with_indices on " + str(s), [=](const auto& x) { return x[0].max_with_indices(d, keep).values; },
+          {random_input(rng, s, Domain::any)}, rng);
+    check("min_with_indices on " + str(s), [=](const auto& x) { return x[0].min_with_indices(d, keep).values; },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
 }

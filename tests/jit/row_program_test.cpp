@@ -8,6 +8,7 @@
 #include "codegen/cpu/cpu_backend.h"
 #include "codegen/schedule.h"
 #include "dsl/functional.h"
+#include "dsl/reductions.h"
 #include "tessel/config.h"
 
 using namespace tessel;
@@ -120,6 +121,25 @@ TEST_CASE("row programs: values kept for backward split the group where they are
   CHECK(s.steps[2].kind == sched::StepKind::RowProgram);
   CHECK(s.steps[2].stages[0]->op == ir::Op::Sum);
   CHECK(s.steps[2].stored == std::vector<bool>{true});
+}
+
+// var's last stage is its result: one kernel. std and logsumexp end in
+// elementwise ops on the reduced row (sqrt; log and the shift), which a row
+// program does not take in yet: they are one row kernel plus small ones.
+TEST_CASE("row programs: var over a row is one kernel, std and logsumexp use the row program", "[jit]") {
+  Tensor x = rand({33, 257});
+  Tensor v = x.var({1}), sd = x.std({1}, 0), l = logsumexp(x, {1});  // keep the graphs alive
+  sched::Schedule sv = sched::schedule({v.node()});
+  INFO(sv.to_string());
+  CHECK(sv.kernels() == 1);
+  REQUIRE(row_step(sv));
+  CHECK(row_step(sv)->stages.size() == 1);  // the mean; the sum is the output
+  sched::Schedule ss = sched::schedule({sd.node()}), sl = sched::schedule({l.node()});
+  INFO(ss.to_string() << sl.to_string());
+  CHECK(row_step(ss));
+  CHECK(ss.kernels() == 2);
+  CHECK(row_step(sl));
+  CHECK(sl.kernels() == 3);
 }
 
 #if TESSEL_HAS_LLVM
@@ -309,6 +329,16 @@ TEST_CASE("row programs: random row pipelines vs ref", "[jit][property]") {
     };
     INFO("trial " << trial << " seed " << tseed << " " << dtype_name(t) << " [" << m << ", " << n << "] dim " << dim);
     CHECK(compare(build, true) == 1);
+  }
+}
+
+TEST_CASE("row programs: var over rows is one launch, var std and logsumexp equal to ref", "[jit]") {
+  std::mt19937_64 g(17);
+  for (DType t : {DType::f32, DType::f64}) {
+    Tensor x = rnd(g, {33, 257}, t);
+    CHECK(compare([&] { return x.var({1}); }, false, 1e-5) == 1);
+    CHECK(compare([&] { return x.std({-1}, 0, true); }, false, 1e-5) == 2);
+    CHECK(compare([&] { return logsumexp(x, {1}); }, false, 1e-5) == 3);
   }
 }
 
