@@ -125,22 +125,30 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntr
     throw ValueError(fmt::format("cross_entropy: label_smoothing must be in [0, 1], got {}", opt.label_smoothing));
   const int64_t num_classes = logits.size(1);
   check_labels("cross_entropy", labels, num_classes, opt.ignore_index);
+  // The rows that count (labels not ignore_index), read once on the host.
+  int64_t counted = 0;
+  for (int64_t v : labels.to_vector<int64_t>()) counted += v != opt.ignore_index;
+  const bool all_count = counted == labels.size(0);
   // An ignored label selects no class in the one-hot (it is outside [0, C)
-  // or masked below), so its row of nll is 0; `keep` zeroes its smoothing term.
-  Tensor keep = binary_op(ir::Op::Ne, labels, Scalar(opt.ignore_index)).to(logits.dtype());
-  Tensor mask = mul(one_hot_of_checked(labels, num_classes).to(logits.dtype()), keep.unsqueeze(-1));
+  // or masked below), so its row of nll is 0; `keep` zeroes its smoothing
+  // term. With no ignored row the graph is the plain one (fewest kernels).
+  Tensor keep = all_count ? Tensor() : binary_op(ir::Op::Ne, labels, Scalar(opt.ignore_index)).to(logits.dtype());
+  Tensor mask = one_hot_of_checked(labels, num_classes).to(logits.dtype());
+  if (!all_count) mask = mul(mask, keep.unsqueeze(-1));
   Tensor logp = log_softmax(logits, 1);
-  Tensor loss = mul(logp, mask).sum({1}).neg();
+  Tensor picked = mul(logp, mask).sum({1});
+  Tensor loss = picked.neg();
   if (opt.label_smoothing > 0) {
     const double eps = opt.label_smoothing;
-    Tensor smooth = binary_op(ir::Op::Div, mul(logp.sum({1}), keep).neg(), Scalar(static_cast<double>(num_classes)));
+    Tensor row = logp.sum({1});
+    if (!all_count) row = mul(row, keep);
+    Tensor smooth = binary_op(ir::Op::Div, row.neg(), Scalar(static_cast<double>(num_classes)));
     loss = add(binary_op(ir::Op::Mul, loss, Scalar(1.0 - eps)), binary_op(ir::Op::Mul, smooth, Scalar(eps)));
   }
   if (opt.reduction == "none") return loss;
   if (opt.reduction == "sum") return loss.sum();
+  if (all_count && opt.label_smoothing == 0) return picked.mean().neg();
   // The mean is over the rows that count: 0 / 0 = NaN when every row is ignored, as in PyTorch.
-  int64_t counted = 0;
-  for (int64_t v : labels.to_vector<int64_t>()) counted += v != opt.ignore_index;
   return binary_op(ir::Op::Div, loss.sum(), Scalar(static_cast<double>(counted)));
 }
 
