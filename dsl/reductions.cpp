@@ -1,6 +1,8 @@
 #include "dsl/reductions.h"
 
 #include <fmt/format.h>
+
+#include <functional>
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -139,8 +141,15 @@ Tensor norm(const Tensor& x, double p, std::vector<int64_t> dims, bool keepdim) 
   }
   if (p == 0) return reduce_over(ir::Op::Sum, binary_op(ir::Op::Ne, x, Scalar(0)).to(x.dtype()), dims, keepdim);
   if (p == 1) return reduce_over(ir::Op::Sum, x.abs(), dims, keepdim);
-  if (p == 2) return reduce_over(ir::Op::Sum, mul(x, x), dims, keepdim).sqrt();
-  return reduce_over(ir::Op::Sum, x.abs().pow(p), dims, keepdim).pow(1.0 / p);
+  // The root of a zero sum: value 0 and, as torch, gradient 0 (the root's
+  // own derivative is infinite there, and inf * 0 would be NaN).
+  auto root = [&](const Tensor& sum, const std::function<Tensor(const Tensor&)>& f) {
+    Tensor zero = binary_op(ir::Op::Eq, sum, Scalar(0.0));
+    Tensor safe = where(zero, full({}, 1.0, sum.dtype(), sum.device()), sum);
+    return where(zero, full({}, 0.0, sum.dtype(), sum.device()), f(safe));
+  };
+  if (p == 2) return root(reduce_over(ir::Op::Sum, mul(x, x), dims, keepdim), [](const Tensor& t) { return t.sqrt(); });
+  return root(reduce_over(ir::Op::Sum, x.abs().pow(p), dims, keepdim), [p](const Tensor& t) { return t.pow(1.0 / p); });
 }
 Tensor Tensor::norm(double p, std::vector<int64_t> dims, bool keepdim) const {
   return tessel::norm(*this, p, std::move(dims), keepdim);

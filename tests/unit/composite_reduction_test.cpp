@@ -63,6 +63,24 @@ TEST_CASE("logsumexp is stable and keeps -inf and +inf rows", "[reduce]") {
   CHECK(logsumexp(make({1, 2, 3}, Shape({3})), {}).item<double>() == Approx(3 + std::log(1 + std::exp(-1.0) + std::exp(-2.0))));
 }
 
+TEST_CASE("the gradient of a 2-norm or 3-norm of zeros is zero, as torch's", "[reduce]") {
+  for (double p : {2.0, 3.0}) {
+    INFO("p = " << p);
+    Tensor z = tensor({{0., 0.}, {3., -4.}});
+    z.requires_grad_(true);
+    Tensor n = z.norm(p, {1});
+    CHECK(vals(n)[0] == 0);
+    n.sum().backward();
+    std::vector<double> g = vals(z.grad());
+    CHECK(g[0] == 0);
+    CHECK(g[1] == 0);
+    if (p == 2) {
+      CHECK(g[2] == Approx(0.6));
+      CHECK(g[3] == Approx(-0.8));
+    }
+  }
+}
+
 TEST_CASE("norm for p = 2, 1, inf, 0 and 3", "[reduce]") {
   Tensor x = make({3, -4, 0, 0}, Shape({2, 2}));
   CHECK(norm(x).item<double>() == 5);
