@@ -78,22 +78,26 @@ namespace {
 // A label outside [0, C) would select no class: a row of zeros, and a loss
 // that is silently wrong. PyTorch raises; so does tessel (the labels are
 // read on the host: one batch of integers, which training reads anyway).
-void check_labels(std::string_view op, const Tensor& labels, int64_t num_classes,
-                  std::optional<int64_t> ignore_index = std::nullopt) {
+// Returns how many labels count (are not ignore_index): read here once.
+int64_t check_labels(std::string_view op, const Tensor& labels, int64_t num_classes,
+                     std::optional<int64_t> ignore_index = std::nullopt) {
   if (is_floating(labels.dtype()))
     throw DTypeError(fmt::format("{}: labels must be integer class indices, got dtype {}", op,
                                  dtype_name(labels.dtype())));
   if (num_classes <= 0)
     throw ValueError(fmt::format("{}: the number of classes must be positive, got {}", op, num_classes));
   const std::vector<int64_t> v = labels.to_vector<int64_t>();
+  int64_t counted = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     if (ignore_index && v[i] == *ignore_index) continue;
+    ++counted;
     if (v[i] < 0 || v[i] >= num_classes)
       throw IndexError(fmt::format("{}: label {} (at index {}) is outside [0, {}): labels must be class indices "
                                    "from 0 to C-1 for C = {} classes{}",
                                    op, v[i], i, num_classes, num_classes,
                                    ignore_index ? fmt::format(", or ignore_index = {}", *ignore_index) : ""));
   }
+  return counted;
 }
 
 // "mean", "sum" or "none", as PyTorch's losses spell them.
@@ -124,10 +128,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntr
   if (!(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0))
     throw ValueError(fmt::format("cross_entropy: label_smoothing must be in [0, 1], got {}", opt.label_smoothing));
   const int64_t num_classes = logits.size(1);
-  check_labels("cross_entropy", labels, num_classes, opt.ignore_index);
-  // The rows that count (labels not ignore_index), read once on the host.
-  int64_t counted = 0;
-  for (int64_t v : labels.to_vector<int64_t>()) counted += v != opt.ignore_index;
+  const int64_t counted = check_labels("cross_entropy", labels, num_classes, opt.ignore_index);
   const bool all_count = counted == labels.size(0);
   // An ignored label selects no class in the one-hot (it is outside [0, C)
   // or masked below), so its row of nll is 0; `keep` zeroes its smoothing

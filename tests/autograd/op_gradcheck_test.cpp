@@ -312,6 +312,19 @@ TEST_CASE("gradcheck: slice and select", "[gradcheck]") {
         {random_input(rng, s, Domain::any)}, rng);
   check("x[1][3]", [](const auto& x) { return x[0][1][3].pow(2); }, {random_input(rng, s, Domain::any)}, rng);
 }
+TEST_CASE("gradcheck: pad, cat, gather and embedding", "[gradcheck]") {
+  auto rng = rng_for("indexed", 47);
+  Dims s = {3, 4};
+  check("pad(x, {1, 2, -1, 1}, 0.5)", [](const auto& x) { return pad(x[0], {1, 2, -1, 1}, 0.5).exp(); },
+        {random_input(rng, s, Domain::any)}, rng);
+  check("cat({x, y}, 1)", [](const auto& x) { return Tensor(cat({x[0], x[1]}, 1) * 2.0).tanh(); },
+        {random_input(rng, s, Domain::any), random_input(rng, {3, 2}, Domain::any)}, rng);
+  check("gather(x, 1, idx)", [](const auto& x) { return gather(x[0], 1, tensor({{3, 0}, {1, 1}, {2, 3}})).sigmoid(); },
+        {random_input(rng, s, Domain::any)}, rng);
+  check("embedding(ids, w)", [](const auto& x) { return embedding(tensor({{2, 0, 2}}), x[0]).pow(2); },
+        {random_input(rng, s, Domain::any)}, rng);
+}
+
 TEST_CASE("gradcheck: clone and contiguous", "[gradcheck]") {
   auto rng = rng_for("clone", 44);
   check("clone", [](const auto& x) { return x[0].clone() * x[0]; }, {random_input(rng, {3, 2}, Domain::any)}, rng);

@@ -204,6 +204,17 @@ class TreeGen {
     if (!fl && op == 5) op = 22;
     else if (fl && op == 22) op = 23;
     Pair r;
+    if (coin(0.08) && !a.n.shape.empty()) {  // a shift along the last dim with zeros coming in: pad, then a window
+      const int64_t n = a.n.shape.back(), shift = uni(0, 2);
+      r.t = pad(a.t, {1, 1}).narrow(-1, shift, n);
+      r.n = a.n;
+      for (size_t i = 0; i < r.n.v.size(); ++i) {
+        const int64_t j = static_cast<int64_t>(i) % n, from = j + shift - 1;
+        r.n.v[i] = from >= 0 && from < n ? a.n.v[i - static_cast<size_t>(j) + static_cast<size_t>(from)] : 0.0;
+      }
+      r.desc = "shift(" + a.desc + "," + std::to_string(shift - 1) + ")";
+      return finish(r, {&a});
+    }
     switch (op) {
       case 0:
         r.t = -a.t, r.n = naive::map(a.n, [](double x) { return -x; }), r.desc = "-(" + a.desc + ")";
