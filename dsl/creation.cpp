@@ -131,6 +131,22 @@ Tensor arange_int(int64_t start, int64_t end, int64_t step, DType t, Device d) {
   return iota_line(n, DType::i64, start, step, t, d);
 }
 
+// linspace in f64 inside the kernel, from both ends as torch computes it:
+// start + i*step for the first half, end - (steps-1-i)*step for the rest, so
+// the last value is `end` exactly.
+Tensor linspace(double start, double end, int64_t steps, DType t, Device d) {
+  if (steps < 0) throw ValueError(fmt::format("linspace: steps must be >= 0, got {}", steps));
+  if (steps == 1) return full({1}, start, t, d);
+  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
+  ir::NodePtr i = ir::cast(ir::iota(Shape{steps}, 0), DType::f64);
+  auto c = [](double v) { return ir::constant(Scalar(v).v, DType::f64); };
+  ir::NodePtr lo = ir::binary(ir::Op::Add, ir::binary(ir::Op::Mul, i, c(step)), c(start));
+  ir::NodePtr back = ir::binary(ir::Op::Sub, c(static_cast<double>(steps - 1)), i);
+  ir::NodePtr hi = ir::binary(ir::Op::Sub, c(end), ir::binary(ir::Op::Mul, back, c(step)));
+  ir::NodePtr first_half = ir::binary(ir::Op::Lt, i, c(static_cast<double>(steps / 2)));
+  return Tensor::from_node(ir::cast(ir::where(first_half, lo, hi), t), d);
+}
+
 Tensor rand(const Shape& s, DType t, Device d) {
   check_shape("rand", s);
   if (!is_floating(t)) throw DTypeError(fmt::format("rand: needs a floating dtype, got {}", dtype_name(t)));
@@ -157,6 +173,34 @@ Tensor randn(const Shape& s, DType t, Device d) {
   });
 }
 Tensor rand(const Shape& s, Device d) { return rand(s, DType::f32, d); }
+// randint: two 32-bit words per element make a 64-bit draw reduced modulo the
+// range (the bias is below range / 2^64). Values pass through a double on the
+// way into the tensor, so the range is capped at 2^53.
+Tensor randint(int64_t low, int64_t high, const Shape& s, DType t, Device d) {
+  check_shape("randint", s);
+  if (is_floating(t) || t == DType::b8)
+    throw DTypeError(fmt::format("randint: needs an integer dtype (i64 or i32), got {}", dtype_name(t)));
+  if (high <= low) throw ValueError(fmt::format("randint: high ({}) must be greater than low ({})", high, low));
+  const auto range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  if (range > (uint64_t{1} << 53))
+    throw ValueError(fmt::format("randint: the range [{}, {}) is wider than 2^53; split it", low, high));
+  if (t == DType::i32 && (low < INT32_MIN || high - 1 > INT32_MAX))
+    throw ValueError(fmt::format("randint: [{}, {}) does not fit in i32; use DType::i64", low, high));
+  auto [seed, first] = reserve_random(2 * static_cast<uint64_t>(s.numel()));
+  return fill_host(s, t, d, [seed = seed, first = first, low, range](int64_t i) {
+    uint64_t w = first * 4 + 2 * static_cast<uint64_t>(i);
+    uint64_t r = (uint64_t{Philox4x32::word(seed, w)} << 32) | Philox4x32::word(seed, w + 1);
+    return static_cast<double>(low + static_cast<int64_t>(r % range));
+  });
+}
+
+Tensor zeros_like(const Tensor& x, std::optional<DType> t) { return full_as("zeros_like", x.shape(), 0.0, t.value_or(x.dtype()), x.device()); }
+Tensor ones_like(const Tensor& x, std::optional<DType> t) { return full_as("ones_like", x.shape(), 1.0, t.value_or(x.dtype()), x.device()); }
+Tensor full_like(const Tensor& x, const Scalar& v, std::optional<DType> t) {
+  return full_as("full_like", x.shape(), v, t.value_or(x.dtype()), x.device());
+}
+Tensor rand_like(const Tensor& x, std::optional<DType> t) { return rand(x.shape(), t.value_or(x.dtype()), x.device()); }
+Tensor randn_like(const Tensor& x, std::optional<DType> t) { return randn(x.shape(), t.value_or(x.dtype()), x.device()); }
 Tensor randn(const Shape& s, Device d) { return randn(s, DType::f32, d); }
 
 Tensor tensor(const NestedList& values, DType t, Device d) {

@@ -181,6 +181,44 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   return gather_as("gather", x, dim, idx);
 }
 
+Tensor take_along_dim(const Tensor& x, const Tensor& idx, std::optional<int64_t> dim) {
+  if (is_floating(idx.dtype()) || idx.dtype() == DType::b8)
+    throw DTypeError(fmt::format("take_along_dim: the index must be an integer tensor, got {}", dtype_name(idx.dtype())));
+  if (!dim) return gather_as("take_along_dim", x.reshape({-1}), 0, idx.reshape({-1}));
+  if (x.shape().rank() == 0 || idx.shape().rank() != x.shape().rank())
+    throw ShapeError(fmt::format("take_along_dim: the index (shape {}) must have the input's number of dims (shape {}), "
+                                 "at least 1", idx.shape().str(), x.shape().str()));
+  const int64_t d = ir::normalize_axis("take_along_dim", *dim, x.shape().rank(), x.shape());
+  // Broadcast every dim but `d`, as torch does: x keeps its length along d, idx its own.
+  std::vector<int64_t> xs(x.shape().dims), is(idx.shape().dims);
+  xs[static_cast<size_t>(d)] = 1;
+  is[static_cast<size_t>(d)] = 1;
+  Shape both = ir::broadcast_shapes("take_along_dim", Shape{xs}, Shape{is});
+  std::vector<int64_t> x_to(both.dims), i_to(both.dims);
+  x_to[static_cast<size_t>(d)] = x.shape()[d];
+  i_to[static_cast<size_t>(d)] = idx.shape()[d];
+  return gather_as("take_along_dim", x.expand(x_to), d, idx.expand(i_to));
+}
+
+// flip reads x at n-1-i along each flipped dim: a gather by an in-kernel
+// descending iota (no host index buffer).
+Tensor flip(const Tensor& x, const std::vector<int64_t>& dims) {
+  std::vector<bool> seen(static_cast<size_t>(x.shape().rank()), false);
+  Tensor y = x;
+  for (int64_t raw : dims) {
+    int64_t d = ir::normalize_axis("flip", raw, x.shape().rank(), x.shape());
+    if (seen[static_cast<size_t>(d)])
+      throw ValueError(fmt::format("flip: dim {} appears more than once in the dims", d));
+    seen[static_cast<size_t>(d)] = true;
+    const int64_t n = x.shape()[d];
+    if (n <= 1) continue;
+    // n-1-i along d, computed in the kernel and in range by construction (no bounds check to sync on).
+    ir::NodePtr rev = ir::binary(ir::Op::Sub, ir::constant(Scalar(n - 1).v, DType::i64), ir::iota(y.shape(), d));
+    y = Tensor::from_node(ir::gather(y.node(), rev, d), y.device());
+  }
+  return y;
+}
+
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) { return index_select_as("index_select", x, dim, idx); }
 
 Tensor embedding(const Tensor& ids, const Tensor& weight) {

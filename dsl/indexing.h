@@ -64,6 +64,18 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx);
 ///   Tensor rows = index_select(table, 0, tensor({3, 0, 3}));
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx);
 
+/// torch.take_along_dim: gather along `dim` after broadcasting x and idx over
+/// every other dim; without a dim, both are flattened first.
+///
+///   Tensor top = take_along_dim(scores, scores.argmax(1, true), 1);   // [N, 1]
+Tensor take_along_dim(const Tensor& x, const Tensor& idx, std::optional<int64_t> dim = std::nullopt);
+
+/// torch.flip: the elements in reverse order along each of `dims` (a copy,
+/// read through an in-kernel index; its gradient is the flip of the gradient).
+///
+///   Tensor r = flip(x, {0});
+Tensor flip(const Tensor& x, const std::vector<int64_t>& dims);
+
 /// torch.nn.functional.embedding: the rows of `weight` [V, D] at `ids`
 /// (any shape of integers in [0, V)), shape ids.shape + [D]. One gather
 /// kernel forward; its gradient is a scatter-add into weight's rows.

@@ -323,6 +323,23 @@ Tensor rand(const Shape& s, DType t = DType::f32, Device d = cpu());
 Tensor randn(const Shape& s, DType t = DType::f32, Device d = cpu());
 Tensor rand(const Shape& s, Device d);
 Tensor randn(const Shape& s, Device d);
+/// torch.linspace: `steps` evenly spaced values from start to end, both included.
+///
+///   Tensor t = linspace(0, 1, 5);   // [0, 0.25, 0.5, 0.75, 1]
+Tensor linspace(double start, double end, int64_t steps, DType t = DType::f32, Device d = cpu());
+/// torch.randint: integers uniform in [low, high), int64 unless `t` says otherwise.
+///
+///   Tensor labels = randint(0, 10, {64});
+Tensor randint(int64_t low, int64_t high, const Shape& s, DType t = DType::i64, Device d = cpu());
+/// The factories shaped, typed and placed like `x` (torch.zeros_like, ...);
+/// `t` overrides the dtype.
+///
+///   Tensor m = zeros_like(w);
+Tensor zeros_like(const Tensor& x, std::optional<DType> t = std::nullopt);
+Tensor ones_like(const Tensor& x, std::optional<DType> t = std::nullopt);
+Tensor full_like(const Tensor& x, const Scalar& v, std::optional<DType> t = std::nullopt);
+Tensor rand_like(const Tensor& x, std::optional<DType> t = std::nullopt);
+Tensor randn_like(const Tensor& x, std::optional<DType> t = std::nullopt);
 /// From nested lists: tensor({{1., 2.}, {3., 4.}}). Integers give int64, else float32.
 Tensor tensor(const NestedList& values, Device d = cpu());
 Tensor tensor(const NestedList& values, DType t, Device d = cpu());
@@ -353,6 +370,14 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& x);
 /// A constant tensor holding `s`, typed the way it would be combined with `like`.
 Tensor scalar_like(const Scalar& s, const Tensor& like);
+
+/// torch.allclose: |a - b| <= atol + rtol * |b| everywhere (a and b broadcast);
+/// NaNs are close only with equal_nan, infinities only to themselves. Realizes both.
+///
+///   CHECK(allclose(y, expected, 1e-5, 1e-6));
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+/// torch.equal: the same shape and every element equal (NaN is never equal).
+bool equal(const Tensor& a, const Tensor& b);
 
 /// Realizes several tensors in one go (one schedule, shared subtrees computed once).
 void realize(const std::vector<Tensor>& ts);

@@ -142,6 +142,29 @@ TEST_CASE("pad, cat, tril, masks and eye on the device: indexed loads in the gen
   check_close(host(gt.grad()), host(ct.grad()), 1e-6);
 }
 
+TEST_CASE("flip, take_along_dim, linspace and the *_like factories on the device", "[gpu]") {
+  manual_seed(12);
+  Tensor x = randn({4, 6});
+  Tensor gx = x.to(gpu(0));
+  check_close(host(Tensor(flip(gx * 2.0, {0, 1})).relu()), host(Tensor(flip(x * 2.0, {0, 1})).relu()), 0);
+  Tensor idx = tensor({{5, 0}, {1, 1}, {2, 3}, {0, 4}});
+  check_close(host(take_along_dim(gx, idx.to(gpu(0)), 1)), host(take_along_dim(x, idx, 1)), 0);
+  check_close(host(linspace(-1, 2, 7, DType::f32, gpu(0))), host(linspace(-1, 2, 7)), 0);
+  Tensor z = zeros_like(gx), f = full_like(gx, 3.5);
+  CHECK(z.device() == gpu(0));
+  check_close(host(z + f), host(full_like(x, 3.5)), 0);
+  CHECK(allclose(gx, x.to(gpu(0))));
+  CHECK(equal(gx, x.to(gpu(0))));
+  // flip's gradient on the device: the flipped upstream gradient.
+  Tensor w = gx.clone();
+  w.requires_grad_(true);
+  Tensor wc = x.clone();
+  wc.requires_grad_(true);
+  Tensor(flip(w, {1}) * flip(w, {1})).sum().backward();
+  Tensor(flip(wc, {1}) * flip(wc, {1})).sum().backward();
+  check_close(host(w.grad()), host(wc.grad()), 1e-6);
+}
+
 TEST_CASE("matmuls with bias and ReLU epilogues run on cuBLASLt, batched ones too", "[gpu]") {
   manual_seed(9);
   Tensor a = randn({17, 29}), w = randn({29, 11}), b = randn({11});
