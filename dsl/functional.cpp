@@ -34,6 +34,33 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   return div(e, e.sum({dim}, true));
 }
 
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor* weight,
+                  const Tensor* bias, double eps) {
+  check_floating("layer_norm", x);
+  const auto k = static_cast<int64_t>(normalized_shape.size());
+  const int64_t r = x.shape().rank();
+  bool fits = k >= 1 && k <= r;
+  for (int64_t i = 0; fits && i < k; ++i) fits = x.shape()[r - k + i] == normalized_shape[static_cast<size_t>(i)];
+  if (!fits)
+    throw ShapeError(fmt::format("layer_norm: normalized_shape {} must match the last dims of the input (shape {})",
+                                 Shape{normalized_shape}.str(), x.shape().str()));
+  auto check_affine = [&](const Tensor* t, const char* name) {
+    if (t && !(t->shape() == Shape{normalized_shape}))
+      throw ShapeError(fmt::format("layer_norm: {} has shape {}, expected normalized_shape {}", name, t->shape().str(),
+                                   Shape{normalized_shape}.str()));
+  };
+  check_affine(weight, "weight");
+  check_affine(bias, "bias");
+  std::vector<int64_t> dims;
+  for (int64_t i = r - k; i < r; ++i) dims.push_back(i);
+  Tensor centered = sub(x, x.mean(dims, true));
+  Tensor var = mul(centered, centered).mean(dims, true);
+  Tensor y = mul(centered, binary_op(ir::Op::Add, var, Scalar(eps)).rsqrt());
+  if (weight) y = mul(y, *weight);
+  if (bias) y = add(y, *bias);
+  return y;
+}
+
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   check_floating("log_softmax", x);
   Tensor shifted = sub(x, row_max(x, dim));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "dsl/tensor.h"
 
@@ -13,6 +14,13 @@ namespace tessel {
 Tensor softmax(const Tensor& x, int64_t dim);
 /// log(softmax(x)) computed stably: x - max - log(sum(exp(x - max))).
 Tensor log_softmax(const Tensor& x, int64_t dim);
+/// torch.nn.functional.layer_norm: x normalized over its last
+/// normalized_shape.size() dims (population variance, eps inside the root),
+/// then scaled by weight and shifted by bias when given (shape normalized_shape).
+///
+///   Tensor y = layer_norm(x, {768}, w, b);
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor* weight = nullptr,
+                  const Tensor* bias = nullptr, double eps = 1e-5);
 /// Options of cross_entropy, as torch.nn.functional.cross_entropy's.
 struct CrossEntropyOptions {
   /// Rows whose label is this contribute nothing, and "mean" does not count them.

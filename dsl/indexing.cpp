@@ -1,5 +1,7 @@
 #include "dsl/indexing.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -135,29 +137,49 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
 
 namespace {
 // IndexError naming the first kind of bad value: as PyTorch, an index outside
-// [0, size) is an error, never a silent read. Two reductions on idx's device.
+// [0, size) is an error, never a silent read.
 void check_indices(std::string_view op, const Tensor& idx, int64_t size, int64_t dim) {
   if (!is_integral(idx.dtype()))
     throw DTypeError(fmt::format("{}: indices must be an integer tensor, got {}; convert them with .to(DType::i64)", op,
                                  dtype_name(idx.dtype())));
   if (idx.numel() == 0) return;
+  auto out_of_range = [&](int64_t bad_value) {
+    return IndexError(fmt::format("{}: index {} is out of range for dim {} of size {} (indices must be in [0, {}))", op,
+                                  bad_value, dim, size, size));
+  };
+  // Indices already in host memory (token ids, labels) are scanned in place:
+  // no kernel, no sync, so an embedding's forward launches only its gather.
+  if (idx.device().is_cpu() && idx.is_realized() && idx.is_contiguous() &&
+      (idx.dtype() == DType::i64 || idx.dtype() == DType::i32)) {
+    auto scan = [&](const auto* p) {
+      int64_t lo = 0, hi = 0;
+      for (int64_t i = 0, n = idx.numel(); i < n; ++i) {
+        lo = std::min<int64_t>(lo, p[i]);
+        hi = std::max<int64_t>(hi, p[i]);
+      }
+      if (lo < 0) throw out_of_range(lo);
+      if (hi >= size) throw out_of_range(hi);
+    };
+    if (idx.dtype() == DType::i64) scan(idx.buffer().ptr<int64_t>());
+    else scan(idx.buffer().ptr<int32_t>());
+    return;
+  }
   // One fused reduction and one value read; the offending value only on failure.
   Tensor bad = binary_op(ir::Op::Or, binary_op(ir::Op::Lt, idx, Scalar(int64_t{0})),
                          binary_op(ir::Op::Ge, idx, Scalar(size)));
   if (!bad.any().item<bool>()) return;
   const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
-  throw IndexError(fmt::format("{}: index {} is out of range for dim {} of size {} (indices must be in [0, {}))", op,
-                               lo < 0 ? lo : hi, dim, size, size));
+  throw out_of_range(lo < 0 ? lo : hi);
 }
 }  // namespace
 
 namespace {
 // A gather whose errors name `op` (the function the user called).
-Tensor gather_as(std::string_view op, const Tensor& x, int64_t dim, const Tensor& idx) {
+Tensor gather_as(std::string_view op, const Tensor& x, int64_t dim, const Tensor& idx, bool checked = false) {
   if (!(x.device() == idx.device()))
     throw DeviceError(fmt::format("{}: the input is on {} and the index on {}; move the index with .to({})", op,
                                   x.device().str(), idx.device().str(), x.device().str()));
-  check_indices(op, idx, x.shape()[dim], dim);
+  if (!checked) check_indices(op, idx, x.shape()[dim], dim);
   return Tensor::from_node(ir::gather(x.node(), idx.node(), dim), x.device());
 }
 
@@ -169,7 +191,9 @@ Tensor index_select_as(std::string_view op, const Tensor& x, int64_t dim, const 
   std::vector<int64_t> view(static_cast<size_t>(x.shape().rank()), 1), full(x.shape().dims);
   view[static_cast<size_t>(dim)] = idx.shape()[0];
   full[static_cast<size_t>(dim)] = idx.shape()[0];
-  return gather_as(op, x, dim, idx.reshape(view).expand(full));
+  // Checked before the broadcast: a host-resident 1-D index is scanned in place.
+  if (x.device() == idx.device()) check_indices(op, idx, x.shape()[dim], dim);
+  return gather_as(op, x, dim, idx.reshape(view).expand(full), true);
 }
 }  // namespace
 

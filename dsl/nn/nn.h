@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dsl/nn/embedding.h"
+#include "dsl/nn/layer_norm.h"
 #include "dsl/nn/init.h"
 #include "dsl/nn/layers.h"
 #include "dsl/nn/linear.h"
