@@ -325,6 +325,19 @@ TEST_CASE("gradcheck: pad, cat, gather and embedding", "[gradcheck]") {
         {random_input(rng, s, Domain::any)}, rng);
 }
 
+TEST_CASE("gradcheck: flip, take_along_dim and layer_norm", "[gradcheck]") {
+  auto rng = rng_for("flip_take_ln", 48);
+  Dims s = {3, 4};
+  check("flip(x, {0, 1})", [](const auto& x) { return flip(x[0], {0, 1}).exp() * x[0]; },
+        {random_input(rng, s, Domain::any)}, rng);
+  check("take_along_dim(x, idx, 1)",
+        [](const auto& x) { return take_along_dim(x[0], tensor({{3, 3}, {0, 1}, {2, 0}}), 1).tanh(); },
+        {random_input(rng, s, Domain::any)}, rng);
+  check("layer_norm(x, {4}, w, b)", [](const auto& x) { return layer_norm(x[0], {4}, &x[1], &x[2]).pow(2); },
+        {random_input(rng, s, Domain::any), random_input(rng, {4}, Domain::any), random_input(rng, {4}, Domain::any)},
+        rng);
+}
+
 TEST_CASE("gradcheck: clone and contiguous", "[gradcheck]") {
   auto rng = rng_for("clone", 44);
   check("clone", [](const auto& x) { return x[0].clone() * x[0]; }, {random_input(rng, {3, 2}, Domain::any)}, rng);
