@@ -137,7 +137,7 @@ Tensor arange_int(int64_t start, int64_t end, int64_t step, DType t, Device d) {
 Tensor linspace(double start, double end, int64_t steps, DType t, Device d) {
   if (steps < 0) throw ValueError(fmt::format("linspace: steps must be >= 0, got {}", steps));
   if (steps == 1) return full({1}, start, t, d);
-  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
+  const double step = (end - start) / static_cast<double>(steps - 1);  // steps == 0: unused
   ir::NodePtr i = ir::cast(ir::iota(Shape{steps}, 0), DType::f64);
   auto c = [](double v) { return ir::constant(Scalar(v).v, DType::f64); };
   ir::NodePtr lo = ir::binary(ir::Op::Add, ir::binary(ir::Op::Mul, i, c(step)), c(start));

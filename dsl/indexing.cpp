@@ -175,11 +175,15 @@ void check_indices(std::string_view op, const Tensor& idx, int64_t size, int64_t
 
 namespace {
 // A gather whose errors name `op` (the function the user called).
-Tensor gather_as(std::string_view op, const Tensor& x, int64_t dim, const Tensor& idx, bool checked = false) {
+void check_same_device(std::string_view op, const Tensor& x, const Tensor& idx) {
   if (!(x.device() == idx.device()))
     throw DeviceError(fmt::format("{}: the input is on {} and the index on {}; move the index with .to({})", op,
                                   x.device().str(), idx.device().str(), x.device().str()));
-  if (!checked) check_indices(op, idx, x.shape()[dim], dim);
+}
+
+Tensor gather_as(std::string_view op, const Tensor& x, int64_t dim, const Tensor& idx) {
+  check_same_device(op, x, idx);
+  check_indices(op, idx, x.shape()[dim], dim);
   return Tensor::from_node(ir::gather(x.node(), idx.node(), dim), x.device());
 }
 
@@ -191,9 +195,10 @@ Tensor index_select_as(std::string_view op, const Tensor& x, int64_t dim, const 
   std::vector<int64_t> view(static_cast<size_t>(x.shape().rank()), 1), full(x.shape().dims);
   view[static_cast<size_t>(dim)] = idx.shape()[0];
   full[static_cast<size_t>(dim)] = idx.shape()[0];
-  // Checked before the broadcast: a host-resident 1-D index is scanned in place.
-  if (x.device() == idx.device()) check_indices(op, idx, x.shape()[dim], dim);
-  return gather_as(op, x, dim, idx.reshape(view).expand(full), true);
+  // Checked before the broadcast, so a host-resident 1-D index is scanned in place once.
+  check_same_device(op, x, idx);
+  check_indices(op, idx, x.shape()[dim], dim);
+  return Tensor::from_node(ir::gather(x.node(), idx.reshape(view).expand(full).node(), dim), x.device());
 }
 }  // namespace
 

@@ -25,8 +25,7 @@ Tensor LayerNormImpl::forward(const Tensor& x) {
     throw DTypeError(fmt::format("{} ({}): expected a floating input, got {}; convert it with .to(DType::f32)", path(),
                                  type_name(), dtype_name(x.dtype())));
   if (!elementwise_affine) return layer_norm(x, normalized_shape, nullptr, nullptr, eps);
-  Tensor w = weight, b = bias;
-  return layer_norm(x, normalized_shape, &w, &b, eps);
+  return layer_norm(x, normalized_shape, &weight, &bias, eps);
 }
 
 std::string LayerNormImpl::extra_repr() const {

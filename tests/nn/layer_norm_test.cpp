@@ -13,7 +13,7 @@ using namespace tessel::testing;
 TEST_CASE("layer_norm normalizes the last dims with the population variance", "[nn][layer_norm]") {
   // Row [1, 2, 3, 4]: mean 2.5, variance 1.25; row [2, 2, 2, 2]: variance 0, so zeros.
   Tensor x = tensor({{1., 2., 3., 4.}, {2., 2., 2., 2.}}, DType::f64);
-  std::vector<double> y = vals(layer_norm(x, {4}, nullptr, nullptr, 0.0 + 1e-5));
+  std::vector<double> y = vals(layer_norm(x, {4}, nullptr, nullptr, 1e-5));
   const double s = 1.0 / std::sqrt(1.25 + 1e-5);
   std::vector<double> want{-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s, 0, 0, 0, 0};
   for (size_t i = 0; i < 8; ++i) CHECK(y[i] == Approx(want[i]).epsilon(1e-14));
