@@ -347,18 +347,21 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
   }
   // Consumer-driven cuts, consumers first: a materialized view needs its
   // source materialized; a reshape reads its source as a buffer.
-  for (auto it = S.order.rbegin(); it != S.order.rend(); ++it) {
-    Node* n = *it;
-    if (n->realized() || ir::op_category(n->op) != Category::Movement) continue;
-    if (M.count(n)) {
-      mark(n->args[0].get(), "source of a materialized view");
-    } else if (n->op == Op::Reshape) {
-      Node* src = n->args[0].get();
-      while (!src->realized() && !M.count(src) && ir::op_category(src->op) == Category::Movement)
-        src = src->args[0].get();
-      if (!src->realized()) mark(src, "reshape of a computed value");
+  auto cut_view_sources = [&] {
+    for (auto it = S.order.rbegin(); it != S.order.rend(); ++it) {
+      Node* n = *it;
+      if (n->realized() || ir::op_category(n->op) != Category::Movement) continue;
+      if (M.count(n)) {
+        mark(n->args[0].get(), "source of a materialized view");
+      } else if (n->op == Op::Reshape) {
+        Node* src = n->args[0].get();
+        while (!src->realized() && !M.count(src) && ir::op_category(src->op) == Category::Movement)
+          src = src->args[0].get();
+        if (!src->realized()) mark(src, "reshape of a computed value");
+      }
     }
-  }
+  };
+  cut_view_sources();
   // Input and size limits, producers first: loads[n] = buffers read to
   // compute n in a kernel, ops[n] = nodes that kernel computes for it.
   std::unordered_map<Node*, int> loads, ops;
@@ -404,6 +407,9 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
       mark(worst, fmt::format("input limit {} (would read {})", opts.max_inputs, total));
     }
   }
+  // The limits may have cut at a view (a window of a concatenation, say):
+  // its source must then be memory too.
+  cut_view_sources();
   // Row programs, consumers first so a group grows from its last reader.
   std::unordered_set<Node*> taken;
   std::unordered_map<Node*, RowGroup> groups;

@@ -191,6 +191,39 @@ TEST_CASE("scheduling: the size limit cuts a long chain into kernels of at most 
   require_close(vals(Tensor::from_node(y, cpu())), want, 1e-9, 1e-12);
 }
 
+// 25 windows of one image stacked (an unfold, as a 5x5 convolution reads
+// its input): more inputs than a kernel takes, so the scheduler cuts at the
+// windows, which are views. A cut view needs its source in memory too; before
+// that was enforced after the limits, this stopped with an internal error
+// ("a view step's source is materialized").
+TEST_CASE("scheduling: a view cut by the input limit gets its source materialized", "[jit]") {
+  manual_seed(3);
+  Tensor w = rand({2, 1, 3, 3}, DType::f64).requires_grad_();
+  Tensor x = rand({2, 1, 12, 12}, DType::f64);
+  auto unfold = [&] {
+    Tensor h = relu(x * w.sum());
+    h.eval();
+    Tensor hp = h.permute({0, 2, 3, 1});
+    std::vector<Tensor> windows;
+    for (int64_t kh = 0; kh < 5; ++kh)
+      for (int64_t kw = 0; kw < 5; ++kw) windows.push_back(hp.slice(1, kh, kh + 8).slice(2, kw, kw + 8));
+    Tensor cols = stack(windows, 4).reshape({2 * 8 * 8, 25});
+    Tensor loss = (cols * cols).sum();
+    loss.backward();
+    return std::pair{vals(cols), vals(w.grad())};
+  };
+  auto [c, g] = unfold();
+  w.set_grad(Tensor());
+  std::vector<double> rc, rg;
+  {
+    BackendOverride interp(ref_backend());
+    std::tie(rc, rg) = unfold();
+  }
+  REQUIRE(c.size() == 2 * 64 * 25);
+  require_close(c, rc, 0, 0);
+  require_close(g, rg, 1e-9, 1e-9);
+}
+
 #if TESSEL_HAS_LLVM
 
 TEST_CASE("the compiled backend is there and TESSEL_BACKEND picks it", "[jit]") {
