@@ -8,10 +8,13 @@
 #pragma once
 
 #include "dsl/dist/collectives.h"
+#include "dsl/convolution.h"
 #include "dsl/expr.h"
 #include "dsl/functional.h"
 #include "dsl/indexing.h"
 #include "dsl/nn/nn.h"
+#include "dsl/normalization.h"
 #include "dsl/ordered_dict.h"
+#include "dsl/pooling.h"
 #include "dsl/reductions.h"
 #include "dsl/tensor.h"

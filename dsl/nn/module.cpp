@@ -49,6 +49,12 @@ Tensor& Module::register_buffer(const std::string& name, Tensor t) {
   return buffers_.insert(name, std::move(t));
 }
 
+const Tensor& Module::buffer(const std::string& name) const {
+  const Tensor* b = buffers_.find(name);
+  if (!b) throw ModuleError(fmt::format("{} ({}): no buffer named '{}'", path(), type_name_, name));
+  return *b;
+}
+
 void Module::add_module(const std::string& name, std::shared_ptr<Module> m) {
   check_name("add_module", name);
   if (!m) throw ModuleError(fmt::format("add_module: module '{}' is null (in {})", name, path()));

@@ -109,6 +109,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   void set_type_name(std::string n) { type_name_ = std::move(n); }
+  /// The buffer registered as `name`, by its current handle (to() replaces
+  /// buffers, so layers look them up instead of keeping copies).
+  const Tensor& buffer(const std::string& name) const;
   /// Lazy modules override: give parameter `name` the shape of `value` before loading.
   virtual void materialize_for_load(const std::string& name, const Tensor& value);
 

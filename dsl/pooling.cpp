@@ -1,0 +1,181 @@
+#include "dsl/pooling.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "codegen/builders.h"
+#include "codegen/grad_mode.h"
+#include "dsl/expr.h"
+#include "dsl/indexing.h"
+#include "dsl/windows.h"
+#include "runtime/errors.h"
+
+namespace tessel {
+namespace {
+
+struct PoolGeometry {
+  detail::WindowDim h, w;
+};
+
+PoolGeometry pool_geometry(std::string_view op, const Tensor& x, Size2 k, Size2 stride, Size2 pad, Size2 dilation,
+                           bool ceil_mode) {
+  if (k.h <= 0 || k.w <= 0 || stride.h <= 0 || stride.w <= 0 || dilation.h <= 0 || dilation.w <= 0)
+    throw ValueError(fmt::format("{}: kernel_size, stride and dilation must be positive, got kernel_size ({}, {}), "
+                                 "stride ({}, {}), dilation ({}, {})",
+                                 op, k.h, k.w, stride.h, stride.w, dilation.h, dilation.w));
+  if (pad.h < 0 || pad.w < 0 || pad.h > k.h / 2 || pad.w > k.w / 2)
+    throw ValueError(fmt::format("{}: padding ({}, {}) must be between 0 and half the kernel size ({}, {})", op, pad.h,
+                                 pad.w, k.h, k.w));
+  PoolGeometry g;
+  const int64_t H = x.size(2), W = x.size(3);
+  g.h = {H, k.h, stride.h, dilation.h, pad.h, pad.h};
+  g.w = {W, k.w, stride.w, dilation.w, pad.w, pad.w};
+  for (detail::WindowDim* d : {&g.h, &g.w}) {
+    d->out = detail::pooled_size(d->size, d->kernel, d->stride, d->pad_before, d->dilation, ceil_mode);
+    if (d->out <= 0)
+      throw ShapeError(fmt::format("{}: the window ({} x {}, dilation ({}, {})) is larger than the padded input of "
+                                   "shape {}; use a smaller kernel_size or pad the input",
+                                   op, k.h, k.w, dilation.h, dilation.w, x.shape().str()));
+    // ceil_mode's last window may reach past the padding: the reach is filled too.
+    d->pad_after = std::max(d->pad_before, (d->out - 1) * d->stride + d->span() - d->size - d->pad_before);
+  }
+  return g;
+}
+
+Scalar lowest(DType t) {
+  if (is_floating(t)) return -INFINITY;
+  if (t == DType::b8) return false;
+  return t == DType::i32 ? static_cast<int64_t>(std::numeric_limits<int32_t>::min())
+                         : std::numeric_limits<int64_t>::min();
+}
+
+// The maximum of each window and the position of its first maximum (a NaN
+// counts as the maximum, as in PyTorch). The position is a min over an
+// equality mask rather than an argmax, so both are reductions the compiled
+// backends fuse into one row program over the windows; with a gradient to
+// carry, the value is read back through that position, so the gradient goes
+// to the first maximum only, as PyTorch's does (a plain max would share it
+// between ties).
+Tensor::ValuesIndices max_pool_impl(const Tensor& input, Size2 k, const MaxPool2dOptions& o, bool want_indices) {
+  constexpr std::string_view op = "max_pool2d";
+  auto [x, unbatched] = detail::batched_4d(op, input);
+  PoolGeometry g = pool_geometry(op, x, k, o.stride.value_or(k), o.padding, o.dilation, o.ceil_mode);
+  Tensor windows = detail::unfold_windows(x, 2, 3, g.h, g.w, lowest(x.dtype()));  // [N, C, OH, OW, KW, KH]
+  const bool routed = grad_enabled() && x.requires_grad();
+  const bool keep = routed || want_indices;
+  Tensor values = keep ? windows.max(-1, true).max(-2, true) : windows.max(-1).max(-1);
+  Tensor which;
+  if (keep) {
+    Tensor first;
+    {
+      // The position carries no gradient: built without recording, so a
+      // training step keeps none of its intermediate values.
+      NoGradGuard no_grad;
+      const int64_t K = g.h.kernel * g.w.kernel;
+      Tensor hit = windows == values.detach();
+      if (is_floating(x.dtype())) hit = binary_op(ir::Op::Or, hit, windows.isnan());
+      // PyTorch's window order: kh * KW + kw.
+      const Shape& ws = windows.shape();
+      Tensor pos = Tensor::from_node(ir::iota(ws, ws.rank() - 1), x.device()) * g.w.kernel +
+                   Tensor::from_node(ir::iota(ws, ws.rank() - 2), x.device());
+      which = masked_fill(pos, logical_not(hit), K).min(-1, true).min(-2, true);  // [N, C, OH, OW, 1, 1]
+      if (routed) first = pos == which;
+      which = which.squeeze(-1).squeeze(-1);
+    }
+    values = routed ? masked_fill(windows, logical_not(first), 0.0).sum({-2, -1}) : values.squeeze(-1).squeeze(-1);
+  }
+  if (unbatched) {
+    values = values.squeeze(0);
+    if (which.defined()) which = which.squeeze(0);
+  }
+  return {values, which};
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, Size2 kernel_size, const MaxPool2dOptions& options) {
+  return max_pool_impl(x, kernel_size, options, false).values;
+}
+
+Tensor::ValuesIndices max_pool2d_with_indices(const Tensor& input, Size2 k, const MaxPool2dOptions& o) {
+  auto [values, which] = max_pool_impl(input, k, o, true);
+  // Window position kh * KW + kw of output (oh, ow) is input row
+  // oh*sh - ph + kh*dh and column ow*sw - pw + kw*dw; PyTorch's index is row * W + col.
+  auto [x, unbatched] = detail::batched_4d("max_pool2d", input);
+  const Size2 s = o.stride.value_or(k);
+  const int64_t rank = which.dim();
+  Tensor oh = arange(which.size(rank - 2), DType::i64, x.device()).reshape({-1, 1});
+  Tensor ow = arange(which.size(rank - 1), DType::i64, x.device()).reshape({1, -1});
+  Tensor kh = (which.to(DType::f64) / static_cast<double>(k.w)).floor().to(DType::i64);
+  Tensor kw = which - kh * k.w;
+  Tensor row = oh * s.h - o.padding.h + kh * o.dilation.h;
+  Tensor col = ow * s.w - o.padding.w + kw * o.dilation.w;
+  return {values, row * x.size(3) + col};
+}
+
+Tensor avg_pool2d(const Tensor& input, Size2 k, const AvgPool2dOptions& o) {
+  constexpr std::string_view op = "avg_pool2d";
+  auto [x, unbatched] = detail::batched_4d(op, input);
+  if (!is_floating(x.dtype()))
+    throw DTypeError(fmt::format("avg_pool2d: expected a floating input, got {}; convert it with .to(DType::f32)",
+                                 dtype_name(x.dtype())));
+  if (o.divisor_override && *o.divisor_override == 0)
+    throw ValueError("avg_pool2d: divisor_override must be non-zero");
+  const Size2 stride = o.stride.value_or(k);
+  PoolGeometry g = pool_geometry(op, x, k, stride, o.padding, 1, o.ceil_mode);
+  Tensor sums = detail::unfold_windows(x, 2, 3, g.h, g.w, 0.0).sum({-2, -1});  // [N, C, OH, OW]
+  Tensor y;
+  if (o.divisor_override) {
+    y = sums / static_cast<double>(*o.divisor_override);
+  } else {
+    // Each window's divisor, as PyTorch counts it: the window clipped to the
+    // padded input (count_include_pad) or to the input itself.
+    auto counts = [&](const detail::WindowDim& d) {
+      std::vector<double> c(static_cast<size_t>(d.out));
+      for (int64_t i = 0; i < d.out; ++i) {
+        int64_t start = i * d.stride - d.pad_before, end = std::min(start + d.kernel, d.size + d.pad_before);
+        if (!o.count_include_pad) start = std::max<int64_t>(start, 0), end = std::min(end, d.size);
+        c[static_cast<size_t>(i)] = static_cast<double>(end - start);
+      }
+      return c;
+    };
+    Tensor ch = from_vector(counts(g.h), Shape{g.h.out, 1}, x.device());
+    Tensor cw = from_vector(counts(g.w), Shape{1, g.w.out}, x.device());
+    y = sums / (ch * cw).to(x.dtype());
+  }
+  return unbatched ? y.squeeze(0) : y;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input, Size2 out) {
+  constexpr std::string_view op = "adaptive_avg_pool2d";
+  auto [x, unbatched] = detail::batched_4d(op, input);
+  if (out.h <= 0 || out.w <= 0)
+    throw ValueError(fmt::format("adaptive_avg_pool2d: output_size must be positive, got ({}, {})", out.h, out.w));
+  if (!is_floating(x.dtype()))
+    throw DTypeError(fmt::format("adaptive_avg_pool2d: expected a floating input, got {}; convert it with "
+                                 ".to(DType::f32)",
+                                 dtype_name(x.dtype())));
+  const int64_t H = x.size(2), W = x.size(3);
+  Tensor y;
+  if (out.h == 1 && out.w == 1) {
+    y = x.mean({2, 3}, true);
+  } else if (H % out.h == 0 && W % out.w == 0) {
+    y = avg_pool2d(x, {H / out.h, W / out.w});
+  } else {
+    // Cell i spans [floor(i H / OH), ceil((i + 1) H / OH)): cells of unequal size.
+    std::vector<Tensor> cells;
+    for (int64_t i = 0; i < out.h; ++i) {
+      const int64_t r0 = i * H / out.h, r1 = ((i + 1) * H + out.h - 1) / out.h;
+      for (int64_t j = 0; j < out.w; ++j) {
+        const int64_t c0 = j * W / out.w, c1 = ((j + 1) * W + out.w - 1) / out.w;
+        cells.push_back(x.slice(2, r0, r1).slice(3, c0, c1).mean({2, 3}));
+      }
+    }
+    y = stack(cells, 2).reshape({x.size(0), x.size(1), out.h, out.w});
+  }
+  return unbatched ? y.squeeze(0) : y;
+}
+
+}  // namespace tessel

@@ -1,0 +1,45 @@
+// The sliding windows of a 2-D spatial input, shared by convolution and
+// pooling (internal to dsl/). A window read is a stack of strided slices of
+// the padded input: pad, slices and the concatenation are indexed IR ops, so
+// the whole unfold is computed inside the one kernel that reads it and never
+// stored on its own; autodiff turns the slices into pads and the
+// concatenation into windows, so the gradient of an unfold is a fused sum of
+// shifted copies.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "dsl/convolution.h"
+
+namespace tessel::detail {
+
+/// Geometry of windows along one spatial dim.
+struct WindowDim {
+  int64_t size = 0;         // input size
+  int64_t kernel = 1;
+  int64_t stride = 1;
+  int64_t dilation = 1;
+  int64_t pad_before = 0;
+  int64_t pad_after = 0;    // may exceed pad_before (ceil_mode, "same" with an even kernel)
+  int64_t out = 0;          // number of windows
+  int64_t span() const { return dilation * (kernel - 1) + 1; }
+};
+
+/// The windows of x along dims `dim_h` < `dim_w` (padded with `fill`): x's
+/// shape with those dims replaced by h.out and w.out and two new dims
+/// [w.kernel, h.kernel] right after dim_w (note the order: kw, then kh).
+///   [N, H, W, C] (dims 1, 2) -> [N, OH, OW, KW, KH, C]
+///   [N, C, H, W] (dims 2, 3) -> [N, C, OH, OW, KW, KH]
+Tensor unfold_windows(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h, const WindowDim& w,
+                      const Scalar& fill);
+
+/// "[N, C, H, W] or [C, H, W]": x with a batch dim (and whether one was added),
+/// or a ShapeError naming `op` and x's shape.
+std::pair<Tensor, bool> batched_4d(std::string_view op, const Tensor& x);
+
+/// PyTorch's pooling output size along one dim (ceil_mode rounds up, but the
+/// last window must start inside the input or its left padding).
+int64_t pooled_size(int64_t size, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, bool ceil_mode);
+
+}  // namespace tessel::detail
