@@ -29,39 +29,35 @@ void check_positive(std::string_view op, std::string_view what, Size2 s) {
     throw ValueError(fmt::format("{}: {} must be positive, got ({}, {})", op, what, s.h, s.w));
 }
 
-}  // namespace
-
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
-  constexpr std::string_view op = "conv2d";
+// conv2d, with errors naming `op` and the shapes the caller was given
+// (conv1d passes its 3-D ones).
+Tensor conv2d_as(std::string_view op, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                 const Conv2dOptions& o, const Shape& shown_input, const Shape& shown_weight) {
   check_conv_operands(op, input, weight, bias);
   auto [x, unbatched] = detail::batched_4d(op, input);
-  if (weight.dim() != 4)
-    throw ShapeError(fmt::format("conv2d: expected a 4-D weight [out_channels, in_channels / groups, kH, kW], got "
-                                 "shape {}",
-                                 weight.shape().str()));
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t O = weight.size(0), Cg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
   const int64_t g = o.groups;
-  if (g <= 0) throw ValueError(fmt::format("conv2d: groups must be positive, got {}", g));
+  if (g <= 0) throw ValueError(fmt::format("{}: groups must be positive, got {}", op, g));
   check_positive(op, "stride", o.stride);
   check_positive(op, "dilation", o.dilation);
   if (C % g != 0 || O % g != 0)
-    throw ValueError(fmt::format("conv2d: groups={} must divide both in_channels ({}) and out_channels ({})", g, C, O));
+    throw ValueError(fmt::format("{}: groups={} must divide both in_channels ({}) and out_channels ({})", op, g, C, O));
   if (Cg * g != C)
-    throw ShapeError(fmt::format("conv2d: the input has {} channels (shape {}) but the weight {} expects {} x groups "
+    throw ShapeError(fmt::format("{}: the input has {} channels (shape {}) but the weight {} expects {} x groups "
                                  "{} = {}; the input's dim 1 must equal weight.size(1) * groups",
-                                 C, input.shape().str(), weight.shape().str(), Cg, g, Cg * g));
+                                 op, C, shown_input.str(), shown_weight.str(), Cg, g, Cg * g));
   if (bias.defined() && !(bias.dim() == 1 && bias.size(0) == O))
-    throw ShapeError(fmt::format("conv2d: expected a bias of shape [{}] (one per output channel), got {}", O,
+    throw ShapeError(fmt::format("{}: expected a bias of shape [{}] (one per output channel), got {}", op, O,
                                  bias.shape().str()));
 
   detail::WindowDim h{H, KH, o.stride.h, o.dilation.h}, w{W, KW, o.stride.w, o.dilation.w};
   const std::string& mode = o.padding.mode;
   if (mode == "same") {
     if (o.stride.h != 1 || o.stride.w != 1)
-      throw ValueError(fmt::format("conv2d: padding=\"same\" needs stride 1, got stride ({}, {}); give the padding "
+      throw ValueError(fmt::format("{}: padding=\"same\" needs stride 1, got stride ({}, {}); give the padding "
                                    "as numbers instead",
-                                   o.stride.h, o.stride.w));
+                                   op, o.stride.h, o.stride.w));
     for (detail::WindowDim* d : {&h, &w}) {  // PyTorch puts the odd element on the far side
       const int64_t total = d->dilation * (d->kernel - 1);
       d->pad_before = total / 2;
@@ -69,22 +65,22 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
     }
   } else if (mode.empty() || mode == "valid") {
     if (o.padding.size.h < 0 || o.padding.size.w < 0)
-      throw ValueError(fmt::format("conv2d: padding must be non-negative, got ({}, {})", o.padding.size.h,
+      throw ValueError(fmt::format("{}: padding must be non-negative, got ({}, {})", op, o.padding.size.h,
                                    o.padding.size.w));
     if (mode.empty()) {
       h.pad_before = h.pad_after = o.padding.size.h;
       w.pad_before = w.pad_after = o.padding.size.w;
     }
   } else {
-    throw ValueError(fmt::format("conv2d: padding must be numbers, \"same\" or \"valid\", got \"{}\"", mode));
+    throw ValueError(fmt::format("{}: padding must be numbers, \"same\" or \"valid\", got \"{}\"", op, mode));
   }
   for (detail::WindowDim* d : {&h, &w}) {
     const int64_t padded = d->size + d->pad_before + d->pad_after;
     if (d->span() > padded)
-      throw ShapeError(fmt::format("conv2d: the kernel ({} x {}, dilation ({}, {})) is larger than the padded input "
+      throw ShapeError(fmt::format("{}: the kernel ({} x {}, dilation ({}, {})) is larger than the padded input "
                                    "({} x {}) of shape {}; pad the input or use a smaller kernel",
-                                   KH, KW, o.dilation.h, o.dilation.w, H + h.pad_before + h.pad_after,
-                                   W + w.pad_before + w.pad_after, input.shape().str()));
+                                   op, KH, KW, o.dilation.h, o.dilation.w, H + h.pad_before + h.pad_after,
+                                   W + w.pad_before + w.pad_after, shown_input.str()));
     d->out = (padded - d->span()) / d->stride + 1;
   }
 
@@ -108,6 +104,16 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
   return unbatched ? y.squeeze(0) : y;
 }
 
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  if (weight.dim() != 4)
+    throw ShapeError(fmt::format("conv2d: expected a 4-D weight [out_channels, in_channels / groups, kH, kW], got "
+                                 "shape {}",
+                                 weight.shape().str()));
+  return conv2d_as("conv2d", input, weight, bias, o, input.shape(), weight.shape());
+}
+
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o) {
   if (input.dim() != 2 && input.dim() != 3)
     throw ShapeError(fmt::format("conv1d: expected a 2-D [C, L] or 3-D [N, C, L] input, got shape {}",
@@ -120,7 +126,7 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
   Conv2dOptions o2{.stride = {1, o.stride}, .padding = 0, .dilation = {1, o.dilation}, .groups = o.groups};
   o2.padding = o.padding.mode.empty() ? ConvPadding(0, o.padding.size.w) : ConvPadding(o.padding.mode);
   const int64_t spatial = input.dim() - 1;  // the length dim; a height of 1 goes before it
-  Tensor y = conv2d(input.unsqueeze(spatial), weight.unsqueeze(2), bias, o2);
+  Tensor y = conv2d_as("conv1d", input.unsqueeze(spatial), weight.unsqueeze(2), bias, o2, input.shape(), weight.shape());
   return y.squeeze(y.dim() - 2);
 }
 

@@ -52,7 +52,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
 
   if (!training && running_mean.defined()) {
-    Tensor y = (x - running_mean.reshape(cs).to(x.dtype())) * (running_var.reshape(cs).to(x.dtype()) + eps).rsqrt();
+    auto as_x = [&](const Tensor& t) { return t.dtype() == x.dtype() ? t.reshape(cs) : t.reshape(cs).to(x.dtype()); };
+    Tensor y = (x - as_x(running_mean)) * (as_x(running_var) + eps).rsqrt();
     return affine(y, weight, bias, cs);
   }
   const int64_t n = x.numel() / std::max<int64_t>(C, 1);

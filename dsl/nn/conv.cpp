@@ -43,6 +43,15 @@ std::string conv_repr_tail(const std::string& kernel, const std::string& stride,
   return s;
 }
 
+// As torch.nn's constructors: a padding string that cannot work fails when
+// the layer is made, not at its first forward.
+void check_padding(std::string_view type, const ConvPadding& p, bool stride_one) {
+  if (!p.mode.empty() && p.mode != "same" && p.mode != "valid")
+    throw ValueError(fmt::format("{}: padding must be numbers, \"same\" or \"valid\", got \"{}\"", type, p.mode));
+  if (p.mode == "same" && !stride_one)
+    throw ValueError(fmt::format("{}: padding=\"same\" needs stride 1; give the padding as numbers instead", type));
+}
+
 std::string padding_repr(const ConvPadding& p, bool one_d) {
   if (!p.mode.empty()) return p.mode;
   return one_d ? fmt::format("({},)", p.size.w) : pair_repr(p.size);
@@ -55,6 +64,7 @@ bool zero_padding(const ConvPadding& p) { return p.mode.empty() && p.size == Siz
 Conv2dImpl::Conv2dImpl(int64_t in, int64_t out, Size2 k, Conv2dOptions o, bool bias)
     : Module("Conv2d"), in_channels(in), out_channels(out), kernel_size(k), options(std::move(o)), has_bias_(bias) {
   check_channels("Conv2d", in, out, options.groups);
+  check_padding("Conv2d", options.padding, options.stride == Size2(1));
   if (k.h <= 0 || k.w <= 0)
     throw ValueError(fmt::format("Conv2d({}, {}): kernel_size must be positive, got {}", in, out, pair_repr(k)));
   weight = register_parameter("weight", Parameter(empty({out, in / options.groups, k.h, k.w})));
@@ -67,6 +77,7 @@ Conv2dImpl::Conv2dImpl(LazyTag, int64_t out, Size2 k, Conv2dOptions o, bool bias
   if (out <= 0 || options.groups <= 0 || out % options.groups != 0)
     throw ValueError(fmt::format("LazyConv2d({}): out_channels must be positive and divisible by groups={}", out,
                                  options.groups));
+  check_padding("LazyConv2d", options.padding, options.stride == Size2(1));
   weight = register_parameter("weight", Parameter::uninitialized());
   if (bias) this->bias = register_parameter("bias", Parameter::uninitialized());
 }
@@ -112,6 +123,7 @@ std::string Conv2dImpl::extra_repr() const {
 Conv1dImpl::Conv1dImpl(int64_t in, int64_t out, int64_t k, Conv1dOptions o, bool bias)
     : Module("Conv1d"), in_channels(in), out_channels(out), kernel_size(k), options(std::move(o)) {
   check_channels("Conv1d", in, out, options.groups);
+  check_padding("Conv1d", options.padding, options.stride == 1);
   if (k <= 0) throw ValueError(fmt::format("Conv1d({}, {}): kernel_size must be positive, got {}", in, out, k));
   weight = register_parameter("weight", Parameter(empty({out, in / options.groups, k})));
   if (bias) this->bias = register_parameter("bias", Parameter(empty({out})));
