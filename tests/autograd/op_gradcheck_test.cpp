@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "dsl/convolution.h"
+#include "dsl/normalization.h"
+#include "dsl/pooling.h"
 #include "dsl/reductions.h"
 
 using namespace tessel;
@@ -397,4 +400,151 @@ TEST_CASE("gradcheck: max_with_indices and min_with_indices values", "[gradcheck
     check("min_with_indices on " + str(s), [=](const auto& x) { return x[0].min_with_indices(d, keep).values; },
           {random_input(rng, s, Domain::any)}, rng);
   }
+}
+
+// Convolutions, pools and normalizations: each check covers every input
+// (input, weight, bias) of one op with the given options.
+TEST_CASE("gradcheck: conv2d with stride, padding, dilation and groups", "[gradcheck][conv]") {
+  auto rng = rng_for("conv2d", 120);
+  const auto A = Domain::any;
+  check(
+      "conv2d stride 2 padding 1 with bias",
+      [](const auto& x) { return conv2d(x[0], x[1], x[2], {.stride = 2, .padding = 1}); },
+      {random_input(rng, {2, 2, 5, 5}, A), random_input(rng, {3, 2, 3, 3}, A), random_input(rng, {3}, A)}, rng);
+  check(
+      "conv2d dilation 2 padding (1, 2)",
+      [](const auto& x) {
+        return conv2d(x[0], x[1], Tensor(), {.padding = {1, 2}, .dilation = 2});
+      },
+      {random_input(rng, {1, 2, 5, 4}, A), random_input(rng, {2, 2, 3, 2}, A)}, rng);
+  check(
+      "conv2d groups 2 with bias", [](const auto& x) { return conv2d(x[0], x[1], x[2], {.groups = 2}); },
+      {random_input(rng, {1, 4, 4, 4}, A), random_input(rng, {4, 2, 2, 2}, A), random_input(rng, {4}, A)}, rng);
+  check(
+      "depthwise conv2d, padding same",
+      [](const auto& x) { return conv2d(x[0], x[1], Tensor(), {.padding = "same", .groups = 3}); },
+      {random_input(rng, {1, 3, 4, 4}, A), random_input(rng, {3, 1, 3, 3}, A)}, rng);
+  check(
+      "conv2d padding same with an even kernel",
+      [](const auto& x) { return conv2d(x[0], x[1], Tensor(), {.padding = "same"}); },
+      {random_input(rng, {1, 2, 4, 5}, A), random_input(rng, {2, 2, 2, 4}, A)}, rng);
+  check(
+      "unbatched conv2d, stride (2, 1)",
+      [](const auto& x) {
+        return conv2d(x[0], x[1], x[2], {.stride = {2, 1}});
+      },
+      {random_input(rng, {2, 5, 4}, A), random_input(rng, {3, 2, 2, 2}, A), random_input(rng, {3}, A)}, rng);
+}
+TEST_CASE("gradcheck: conv1d", "[gradcheck][conv]") {
+  auto rng = rng_for("conv1d", 121);
+  const auto A = Domain::any;
+  check(
+      "conv1d stride 2 padding 1 with bias",
+      [](const auto& x) { return conv1d(x[0], x[1], x[2], {.stride = 2, .padding = 1}); },
+      {random_input(rng, {2, 2, 6}, A), random_input(rng, {3, 2, 3}, A), random_input(rng, {3}, A)}, rng);
+  check(
+      "conv1d dilation 2 groups 2 padding same",
+      [](const auto& x) { return conv1d(x[0], x[1], Tensor(), {.padding = "same", .dilation = 2, .groups = 2}); },
+      {random_input(rng, {1, 4, 5}, A), random_input(rng, {2, 2, 2}, A)}, rng);
+}
+TEST_CASE("gradcheck: conv_transpose2d", "[gradcheck][conv]") {
+  auto rng = rng_for("conv_transpose2d", 122);
+  const auto A = Domain::any;
+  check(
+      "conv_transpose2d stride 2 padding 1 output_padding 1 with bias",
+      [](const auto& x) {
+        return conv_transpose2d(x[0], x[1], x[2], {.stride = 2, .padding = 1, .output_padding = 1});
+      },
+      {random_input(rng, {1, 2, 3, 3}, A), random_input(rng, {2, 3, 3, 3}, A), random_input(rng, {3}, A)}, rng);
+  check(
+      "conv_transpose2d groups 2 dilation 2",
+      [](const auto& x) { return conv_transpose2d(x[0], x[1], Tensor(), {.groups = 2, .dilation = 2}); },
+      {random_input(rng, {1, 4, 2, 3}, A), random_input(rng, {4, 1, 2, 2}, A)}, rng);
+}
+// Random inputs have no ties, and their gaps are far wider than the step.
+TEST_CASE("gradcheck: max_pool2d", "[gradcheck][pool]") {
+  auto rng = rng_for("max_pool2d", 123);
+  const auto A = Domain::any;
+  check(
+      "max_pool2d 3 stride 2 padding 1", [](const auto& x) { return max_pool2d(x[0], 3, {.stride = 2, .padding = 1}); },
+      {random_input(rng, {1, 2, 5, 5}, A)}, rng);
+  check(
+      "max_pool2d 2 ceil_mode", [](const auto& x) { return max_pool2d(x[0], 2, {.ceil_mode = true}); },
+      {random_input(rng, {1, 1, 5, 5}, A)}, rng);
+  check(
+      "max_pool2d 2 stride 1 dilation 2",
+      [](const auto& x) { return max_pool2d(x[0], 2, {.stride = 1, .dilation = 2}); },
+      {random_input(rng, {2, 1, 4, 4}, A)}, rng);
+  check(
+      "max_pool2d_with_indices values",
+      [](const auto& x) {
+        return max_pool2d_with_indices(x[0], {2, 3}).values;
+      },
+      {random_input(rng, {2, 4, 6}, A)}, rng);
+}
+TEST_CASE("gradcheck: avg_pool2d", "[gradcheck][pool]") {
+  auto rng = rng_for("avg_pool2d", 124);
+  const auto A = Domain::any;
+  check(
+      "avg_pool2d 3 stride 2 padding 1", [](const auto& x) { return avg_pool2d(x[0], 3, {.stride = 2, .padding = 1}); },
+      {random_input(rng, {1, 2, 5, 5}, A)}, rng);
+  check(
+      "avg_pool2d without the padding in the count",
+      [](const auto& x) { return avg_pool2d(x[0], 3, {.stride = 2, .padding = 1, .count_include_pad = false}); },
+      {random_input(rng, {1, 1, 5, 5}, A)}, rng);
+  check(
+      "avg_pool2d ceil_mode",
+      [](const auto& x) { return avg_pool2d(x[0], 3, {.stride = 2, .padding = 1, .ceil_mode = true}); },
+      {random_input(rng, {1, 1, 6, 6}, A)}, rng);
+  check(
+      "avg_pool2d divisor_override",
+      [](const auto& x) { return avg_pool2d(x[0], 2, {.stride = 1, .divisor_override = 3}); },
+      {random_input(rng, {1, 1, 3, 4}, A)}, rng);
+}
+TEST_CASE("gradcheck: adaptive_avg_pool2d", "[gradcheck][pool]") {
+  auto rng = rng_for("adaptive_avg_pool2d", 125);
+  const auto A = Domain::any;
+  check(
+      "adaptive_avg_pool2d 5 -> 3", [](const auto& x) { return adaptive_avg_pool2d(x[0], 3); },
+      {random_input(rng, {1, 2, 5, 5}, A)}, rng);
+  check(
+      "adaptive_avg_pool2d (4, 6) -> (2, 3)",
+      [](const auto& x) {
+        return adaptive_avg_pool2d(x[0], {2, 3});
+      },
+      {random_input(rng, {1, 1, 4, 6}, A)}, rng);
+  check(
+      "adaptive_avg_pool2d to 1", [](const auto& x) { return adaptive_avg_pool2d(x[0], 1); },
+      {random_input(rng, {2, 2, 3, 3}, A)}, rng);
+}
+TEST_CASE("gradcheck: batch_norm in training and in eval mode", "[gradcheck][batch_norm]") {
+  auto rng = rng_for("batch_norm", 126);
+  const auto A = Domain::any;
+  check(
+      "batch_norm training [3, 2, 2, 2] with running stats and affine",
+      [](const auto& x) {
+        Tensor rm = zeros({2}, DType::f64), rv = ones({2}, DType::f64);
+        return batch_norm(x[0], rm, rv, x[1], x[2], true, 0.1, 1e-5);
+      },
+      {random_input(rng, {3, 2, 2, 2}, A), random_input(rng, {2}, A), random_input(rng, {2}, A)}, rng);
+  check(
+      "batch_norm training [4, 3] without running stats",
+      [](const auto& x) { return batch_norm(x[0], Tensor(), Tensor(), x[1], Tensor(), true); },
+      {random_input(rng, {4, 3}, A), random_input(rng, {3}, A)}, rng);
+  check(
+      "batch_norm eval [2, 3, 2]",
+      [](const auto& x) {
+        return batch_norm(x[0], tensor({0.1, -0.2, 0.3}, DType::f64), tensor({0.5, 1.5, 2.0}, DType::f64), x[1], x[2]);
+      },
+      {random_input(rng, {2, 3, 2}, A), random_input(rng, {3}, A), random_input(rng, {3}, A)}, rng);
+}
+TEST_CASE("gradcheck: group_norm", "[gradcheck][group_norm]") {
+  auto rng = rng_for("group_norm", 127);
+  const auto A = Domain::any;
+  check(
+      "group_norm 3 groups with affine", [](const auto& x) { return group_norm(x[0], 3, x[1], x[2]); },
+      {random_input(rng, {2, 6, 2, 2}, A), random_input(rng, {6}, A), random_input(rng, {6}, A)}, rng);
+  check(
+      "group_norm 2 groups over [2, 4, 3]", [](const auto& x) { return group_norm(x[0], 2); },
+      {random_input(rng, {2, 4, 3}, A)}, rng);
 }

@@ -345,3 +345,51 @@ TEST_CASE("one epoch of the Fashion-MNIST MLP on 4096 images: the device's loss 
   }
   CHECK(on_cpu.back() < on_cpu.front());
 }
+
+TEST_CASE("a conv net on gpu(0): conv2d, batch_norm (train), relu, max_pool2d, linear, cross_entropy match the CPU",
+          "[gpu][conv]") {
+  auto make_net = [] {
+    manual_seed(29);
+    return nn::Sequential(nn::Conv2d(2, 4, 3, Conv2dOptions{.padding = 1}), nn::BatchNorm2d(4), nn::ReLU(),
+                          nn::MaxPool2d(2), nn::Flatten(), nn::Linear(4 * 3 * 3, 5));
+  };
+  nn::Sequential net_cpu = make_net(), net_gpu = make_net();
+  net_gpu->to(gpu(0));
+  manual_seed(31);
+  Tensor X = randn({4, 2, 6, 6});
+  Tensor y = tensor({0, 3, 1, 4}).to(DType::i64);
+  Tensor xc = X.clone(), xg = X.to(gpu(0));
+  xc.requires_grad_(true);
+  xg.requires_grad_(true);
+  Tensor lc = cross_entropy(net_cpu(xc), y);
+  Tensor lg = cross_entropy(net_gpu(xg), y.to(gpu(0)));
+  CHECK(lg.device() == gpu(0));
+  CHECK(lg.item<double>() == Approx(lc.item<double>()).epsilon(1e-5));
+  lc.backward();
+  lg.backward();
+  REQUIRE(xg.grad().defined());
+  CHECK(xg.grad().device() == gpu(0));
+  check_close(host(xg.grad()), host(xc.grad()), 1e-5);
+  auto pc = net_cpu->named_parameters(), pg = net_gpu->named_parameters();
+  REQUIRE(pc.keys() == pg.keys());
+  REQUIRE(pc.size() == 6);  // conv, batch norm and linear weights and biases
+  for (const auto& [name, p] : pc) {
+    INFO(name);
+    REQUIRE(pg.at(name).grad().defined());
+    CHECK(pg.at(name).grad().device() == gpu(0));
+    check_close(host(pg.at(name).grad()), host(p.grad()), 1e-5);
+  }
+  // The training step updated the running statistics the same way on both.
+  auto bc = net_cpu->named_buffers(), bg = net_gpu->named_buffers();
+  REQUIRE(bc.keys() == std::vector<std::string>{"1.running_mean", "1.running_var", "1.num_batches_tracked"});
+  for (const auto& [name, b] : bc) {
+    INFO(name);
+    CHECK(bg.at(name).device() == gpu(0));
+    check_close(host(bg.at(name)), host(b), 1e-5);
+  }
+  CHECK(host(bg.at("1.num_batches_tracked")) == std::vector<double>{1});
+  // Eval mode normalizes by those statistics, on the device too.
+  net_cpu->eval();
+  net_gpu->eval();
+  check_close(host(net_gpu(xg.detach())), host(net_cpu(X)), 1e-5);
+}
