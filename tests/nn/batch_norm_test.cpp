@@ -2,7 +2,7 @@
 // nn::GroupNorm layers: values, gradients and running statistics as PyTorch
 // gives them (torch.nn.functional and torch.nn on the same inputs, the numbers
 // written out here), state-dict keys, reprs and train()/eval().
-#include "tests/support/tensor_testing.h"
+#include "tests/nn/pattern_values.h"
 
 #include <cmath>
 #include <optional>
@@ -15,29 +15,6 @@ using namespace tessel;
 using namespace tessel::testing;
 
 namespace {
-
-// Distinct values in [-2.5, 2.5] for up to 101 elements: element i is
-// ((37 i + off) mod 101 - 50) / 20. The expected values below come from
-// torch on the same tensors.
-Tensor pat(const std::vector<int64_t>& shape, int64_t off = 0, DType dt = DType::f64) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>((i * 37 + off) % 101 - 50) / 20.0;
-  return make(v, Shape(shape), dt);
-}
-
-Tensor leaf(const Tensor& t) {
-  Tensor l = t.clone();
-  l.requires_grad_(true);
-  return l;
-}
-
-void check_values(const Tensor& t, const std::vector<int64_t>& shape, const std::vector<double>& want,
-                  double tol = 1e-10) {
-  REQUIRE(dims(t) == shape);
-  require_close(vals(t), want, tol, tol);
-}
 
 Tensor buffer(nn::Module& m, const std::string& name) { return m.named_buffers().at(name); }
 

@@ -2,7 +2,7 @@
 // nn::Conv1d and nn::ConvTranspose2d: values and gradients as PyTorch gives
 // them (torch.nn.functional on the same f64 inputs, the numbers written out
 // here), reprs, state-dict keys and the default initialization's bounds.
-#include "tests/support/tensor_testing.h"
+#include "tests/nn/pattern_values.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,33 +12,6 @@
 
 using namespace tessel;
 using namespace tessel::testing;
-
-namespace {
-
-// Distinct values in [-2.5, 2.5] for up to 101 elements: element i is
-// ((37 i + off) mod 101 - 50) / 20. The expected values below come from
-// torch on the same tensors.
-Tensor pat(const std::vector<int64_t>& shape, int64_t off = 0, DType dt = DType::f64) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>((i * 37 + off) % 101 - 50) / 20.0;
-  return make(v, Shape(shape), dt);
-}
-
-Tensor leaf(const Tensor& t) {
-  Tensor l = t.clone();
-  l.requires_grad_(true);
-  return l;
-}
-
-void check_values(const Tensor& t, const std::vector<int64_t>& shape, const std::vector<double>& want,
-                  double tol = 1e-10) {
-  REQUIRE(dims(t) == shape);
-  require_close(vals(t), want, tol, tol);
-}
-
-}  // namespace
 
 TEST_CASE("conv2d with stride 2 and padding 1, with and without a bias, and its gradients", "[nn][conv]") {
   Tensor x = leaf(pat({1, 2, 5, 5}, 0)), w = leaf(pat({3, 2, 3, 3}, 7)), b = leaf(pat({3}, 3));
