@@ -215,6 +215,27 @@ class TreeGen {
       r.desc = "shift(" + a.desc + "," + std::to_string(shift - 1) + ")";
       return finish(r, {&a});
     }
+    if (fl && coin(0.06) && a.n.shape.size() == 2) {
+      // A depthwise 3-tap convolution along the last dim, zeros at the borders:
+      // each row a channel of conv1d (an unfold of strided windows + a product).
+      const int64_t m = a.n.shape[0], n = a.n.shape[1];
+      const double taps[3] = {0.5, -1.0, 0.25};
+      naive::Value w{{m, 1, 3}, {}};
+      for (int64_t c = 0; c < m; ++c) w.v.insert(w.v.end(), taps, taps + 3);
+      r.t = conv1d(a.t.unsqueeze(0), tensor_of(w), Tensor(), {.padding = 1, .groups = m}).squeeze(0);
+      r.n = a.n;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int64_t k = 0; k < 3; ++k) {
+            const int64_t from = j + k - 1;
+            if (from >= 0 && from < n) acc += taps[k] * a.n.v[static_cast<size_t>(i * n + from)];
+          }
+          r.n.v[static_cast<size_t>(i * n + j)] = acc;
+        }
+      r.desc = "conv3(" + a.desc + ")";
+      return finish(r, {&a});
+    }
     switch (op) {
       case 0:
         r.t = -a.t, r.n = naive::map(a.n, [](double x) { return -x; }), r.desc = "-(" + a.desc + ")";
