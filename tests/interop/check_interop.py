@@ -214,6 +214,65 @@ def check_torch_loads_tessel_mlp(d):
     check(tied[2].weight is tied[4].weight, "mlp_tied: torch module stays tied after loading")
 
 
+def torch_lenet():
+    """samples/lenet's relu-bn LeNet (lenet_model.h), as torch.nn spells it."""
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(1, 6, kernel_size=5, padding=2), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2, stride=2),
+        nn.Conv2d(6, 16, kernel_size=5), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, stride=2),
+        nn.Flatten(),
+        nn.Linear(16 * 5 * 5, 120), nn.BatchNorm1d(120), nn.ReLU(),
+        nn.Linear(120, 84), nn.BatchNorm1d(84), nn.ReLU(),
+        nn.Linear(84, 10))
+
+
+def check_torch_loads_tessel_lenet(d):
+    """(d) PyTorch loads tessel's LeNet (convolutions, batch norm with its
+    running statistics, max pooling) strictly and reproduces its logits in
+    eval mode and, from the batch's statistics, in training mode, updating
+    the running statistics as tessel did."""
+    io = pt_load(str(d / "lenet_io.safetensors"))
+    path = d / "lenet.safetensors"
+    meta, _, sd = expand_aliases(path, pt_load(str(path)))
+    model = torch_lenet()
+    keys = json.loads(meta.get("tessel.keys", "null"))
+    check(keys == list(model.state_dict()),
+          f"lenet.safetensors: tessel.keys are torch's state_dict keys in order ({keys})")
+    try:
+        model.load_state_dict(sd, strict=True)
+        loaded = True
+    except RuntimeError as e:
+        loaded = False
+        print(e)
+    if not check(loaded, "lenet.safetensors: torch load_state_dict(strict=True)"):
+        return
+    nbt = sd["1.num_batches_tracked"]
+    check(nbt.dtype == torch.int64 and nbt.dim() == 0 and int(nbt) == 3,
+          f"lenet.safetensors: 1.num_batches_tracked is an int64 scalar 3 ({nbt.dtype}, {nbt.shape}, {nbt})")
+    check(not torch.equal(sd["1.running_var"], torch.ones(6)) and not torch.equal(sd["1.weight"], torch.ones(6)),
+          "lenet.safetensors: batch norm statistics and affine parameters were trained")
+    x = io["x"]
+    for mode, y_name, tol in [("eval", "y", 1e-5), ("train", "y_train", 1e-5)]:
+        model.train(mode == "train")
+        with torch.no_grad():
+            y = model(x)
+        diff = float((y - io[y_name]).abs().max())
+        check(y.shape == io[y_name].shape and diff <= tol,
+              f"lenet: torch {mode}-mode logits match tessel's {y_name} (max abs diff {diff:.3g}, tolerance {tol:g})")
+    # The training-mode pass updated the running statistics in both, as PyTorch does
+    # (momentum 0.1, unbiased batch variance, num_batches_tracked + 1).
+    after = pt_load(str(d / "lenet_after_train_forward.safetensors"))
+    for name, t in model.state_dict().items():
+        if "running" not in name and "num_batches" not in name:
+            continue
+        a = after[name]
+        if t.dtype == torch.int64:
+            check(torch.equal(a, t), f"lenet: {name} after a training-mode pass: tessel {int(a)}, torch {int(t)}")
+        else:
+            diff = float((a - t).abs().max())
+            check(diff <= 1e-5, f"lenet: {name} after a training-mode pass matches torch's (max abs diff {diff:.3g})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True, help="path to interop_tool")
@@ -229,6 +288,8 @@ def main():
     check_tessel_files_in_python(args.tool, d)
     check_python_files_in_tessel(args.tool, d)
     check_torch_loads_tessel_mlp(d)
+    run_tool(args.tool, "write-lenet", d)
+    check_torch_loads_tessel_lenet(d)
     if failures:
         print(f"interop: {len(failures)} check(s) failed", file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
 // The C++ half of the interop test (check_interop.py is the Python half).
 //   interop_tool write-mlp DIR   MLP + tied MLP state dicts, inputs and outputs
+//   interop_tool write-lenet DIR the relu-bn LeNet's state dicts, an input and its outputs
 //   interop_tool read FILE       one line per tensor: name dtype [shape] sum first-values
 //   interop_tool copy IN OUT     load IN and save its entries again as OUT
 #include <cstdio>
@@ -9,6 +10,8 @@
 
 #include "dsl/io.h"
 #include "dsl/tessel.h"
+#include "dsl/train/optimizer.h"
+#include "samples/lenet/lenet_model.h"
 
 using namespace tessel;
 namespace fs = std::filesystem;
@@ -17,7 +20,7 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: interop_tool write-mlp DIR | read FILE | copy IN OUT\n");
+               "usage: interop_tool write-mlp DIR | write-lenet DIR | read FILE | copy IN OUT\n");
   return 2;
 }
 
@@ -35,6 +38,40 @@ int write_mlp(const fs::path& dir) {
   save(mlp->state_dict(), dir / "mlp.safetensors");
   save(tied->state_dict(), dir / "mlp_tied.safetensors");
   save(OrderedDict<Tensor>{{"x", x}, {"y", y}, {"y_tied", y_tied}}, dir / "io.safetensors");
+  return 0;
+}
+
+// samples/lenet's relu-bn LeNet (convolutions, batch norm, max pooling).
+// A few SGD steps first, so that the batch norms' affine parameters and
+// running statistics are not their initial values; then the logits of one
+// batch in eval mode (running statistics) and in training mode (the batch's),
+// with the state dict saved before the training-mode pass updates it and
+// again after.
+int write_lenet(const fs::path& dir) {
+  fs::create_directories(dir);
+  manual_seed(42);
+  auto net = lenet::make_lenet(lenet::Variant::relu_bn);
+  net->apply(lenet::init_xavier);
+  optim::SGD opt(net->parameters(), {.lr = 0.1});
+  net->train();
+  for (int step = 0; step < 3; ++step) {
+    Tensor loss = cross_entropy(net(rand({16, 1, 28, 28})), randint(0, 10, {16}));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  Tensor x = rand({8, 1, 28, 28});
+  Tensor y, y_train;
+  {
+    NoGradGuard g;
+    net->eval();
+    y = net(x);
+    save(net->state_dict(), dir / "lenet.safetensors");
+    net->train();
+    y_train = net(x);
+  }
+  save(OrderedDict<Tensor>{{"x", x}, {"y", y}, {"y_train", y_train}}, dir / "lenet_io.safetensors");
+  save(net->state_dict(), dir / "lenet_after_train_forward.safetensors");  // running statistics updated
   return 0;
 }
 
@@ -70,6 +107,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   try {
     if (cmd == "write-mlp") return write_mlp(argv[2]);
+    if (cmd == "write-lenet") return write_lenet(argv[2]);
     if (cmd == "read") return read(argv[2]);
     if (cmd == "copy" && argc == 4) return copy(argv[2], argv[3]);
   } catch (const std::exception& e) {
