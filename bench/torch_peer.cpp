@@ -1,8 +1,12 @@
 #include "bench/torch_peer.h"
 
+#include <ATen/native/ConvUtils.h>
 #include <torch/torch.h>
 
+#include <cstring>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 
 namespace bench::torch_peer {
 
@@ -97,6 +101,162 @@ std::function<double()> fashion_epoch(const Mlp& w, const float* x, const int64_
   auto Y = torch::from_blob(const_cast<int64_t*>(labels), {n}, torch::kInt64);
   auto gen = std::make_shared<at::Generator>(at::detail::createCPUGenerator(seed));
   return [=] {
+    net->train();
+    torch::Tensor order = torch::randperm(n, *gen, torch::kInt64);
+    double total = 0, correct = 0;
+    for (int64_t s = 0; s < n; s += batch) {
+      int64_t len = std::min(batch, n - s);
+      torch::Tensor idx = order.narrow(0, s, len);
+      torch::Tensor xb = X.index_select(0, idx), yb = Y.index_select(0, idx);  // copies, as tessel's DataLoader
+      torch::Tensor logits = net->forward(xb);
+      torch::Tensor loss = torch::nn::functional::cross_entropy(logits, yb);
+      opt->zero_grad();
+      loss.backward();
+      opt->step();
+      total += loss.item<double>() * static_cast<double>(len);
+      {
+        torch::NoGradGuard g;
+        correct += logits.argmax(1).eq(yb).to(torch::kFloat32).sum().item<double>();
+      }
+    }
+    (void)correct;
+    return total / static_cast<double>(n);
+  };
+}
+
+namespace {
+struct ConvTensors {
+  torch::Tensor x, w, b;
+};
+// Views of the caller's memory (forward only).
+ConvTensors conv_views(const Conv2d& p) {
+  return {view_of(p.x, {p.n, p.c, p.h, p.w}), view_of(p.weight, {p.o, p.c, p.k, p.k}), view_of(p.bias, {p.o})};
+}
+// Leaves of their own memory that require grad (a leaf over borrowed memory would
+// work too; copies keep LibTorch from ever writing to the caller's buffers).
+ConvTensors conv_leaves(const Conv2d& p) {
+  auto v = conv_views(p);
+  return {v.x.clone().requires_grad_(true), v.w.clone().requires_grad_(true), v.b.clone().requires_grad_(true)};
+}
+void copy_out(const torch::Tensor& t, float* out) {
+  torch::Tensor c = t.contiguous();
+  std::memcpy(out, c.data_ptr<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+}
+const char* conv_backend_name(at::native::ConvBackend b) {
+  using B = at::native::ConvBackend;
+  switch (b) {
+    case B::Mkldnn: return "Mkldnn";
+    case B::MkldnnEmpty: return "MkldnnEmpty";
+    case B::NnpackSpatial: return "NnpackSpatial";
+    case B::Slow2d: return "Slow2d";
+    case B::SlowDilated2d: return "SlowDilated2d";
+    case B::Winograd3x3Depthwise: return "Winograd3x3Depthwise";
+    case B::Xnnpack2d: return "Xnnpack2d";
+    case B::Empty: return "Empty";
+    default: return "other";
+  }
+}
+}  // namespace
+
+std::string conv2d_backend(const Conv2d& p, bool need_backward) {
+  // Backward is needed when grad mode is on and a leaf requires grad, as in the timed calls.
+  auto t = need_backward ? conv_leaves(p) : conv_views(p);
+  std::optional<torch::NoGradGuard> g;
+  if (!need_backward) g.emplace();
+  return conv_backend_name(at::native::select_conv_backend(t.x, t.w, t.b, {1, 1}, {p.pad, p.pad}, {1, 1},
+                                                           /*transposed=*/false, {0, 0}, /*groups=*/1));
+}
+
+std::function<void()> conv2d_forward(const Conv2d& p) {
+  auto t = conv_views(p);
+  int64_t pad = p.pad;
+  return [t, pad] {
+    torch::NoGradGuard g;
+    torch::Tensor y = torch::conv2d(t.x, t.w, t.b, /*stride=*/1, /*padding=*/pad);
+    (void)y;
+  };
+}
+
+void conv2d_forward_into(const Conv2d& p, float* y) {
+  torch::NoGradGuard g;
+  auto t = conv_views(p);
+  copy_out(torch::conv2d(t.x, t.w, t.b, 1, p.pad), y);
+}
+
+std::function<void()> conv2d_forward_backward(const Conv2d& p, const float* gy) {
+  auto t = conv_leaves(p);
+  torch::Tensor GY = view_of(gy, {p.n, p.o, p.oh(), p.ow()});
+  int64_t pad = p.pad;
+  return [t, GY, pad] {
+    for (auto* leaf : {&t.x, &t.w, &t.b}) leaf->mutable_grad().reset();
+    torch::Tensor y = torch::conv2d(t.x, t.w, t.b, 1, pad);
+    y.backward(GY);  // eager: the gradients exist when it returns
+  };
+}
+
+void conv2d_grads_into(const Conv2d& p, const float* gy, float* gx, float* gw, float* gb) {
+  auto t = conv_leaves(p);
+  torch::Tensor y = torch::conv2d(t.x, t.w, t.b, 1, p.pad);
+  y.backward(view_of(gy, {p.n, p.o, p.oh(), p.ow()}));
+  copy_out(t.x.grad(), gx);
+  copy_out(t.w.grad(), gw);
+  copy_out(t.b.grad(), gb);
+}
+
+namespace {
+torch::nn::Sequential make_lenet(const std::vector<NamedArray>& params) {
+  namespace nn = torch::nn;
+  nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(1, 6, 5).padding(2)), nn::BatchNorm2d(6), nn::ReLU(),
+                     nn::MaxPool2d(nn::MaxPool2dOptions(2)),
+                     nn::Conv2d(nn::Conv2dOptions(6, 16, 5)), nn::BatchNorm2d(16), nn::ReLU(),
+                     nn::MaxPool2d(nn::MaxPool2dOptions(2)),
+                     nn::Flatten(),
+                     nn::Linear(16 * 5 * 5, 120), nn::BatchNorm1d(120), nn::ReLU(),
+                     nn::Linear(120, 84), nn::BatchNorm1d(84), nn::ReLU(),
+                     nn::Linear(84, 10));
+  torch::NoGradGuard g;
+  auto named = net->named_parameters();
+  if (named.size() != params.size())
+    throw std::runtime_error("lenet peer: " + std::to_string(params.size()) + " parameters given, the model has " +
+                             std::to_string(named.size()));
+  for (auto& p : params) {
+    torch::Tensor* t = named.find(p.name);
+    if (!t || t->numel() != p.numel) throw std::runtime_error("lenet peer: no parameter '" + p.name + "' of that size");
+    t->copy_(view_of(p.data, {p.numel}).view(t->sizes()));
+  }
+  return net;
+}
+}  // namespace
+
+LenetStep lenet_first_step(const std::vector<NamedArray>& params, const float* x, const int64_t* labels,
+                           int64_t batch) {
+  auto net = make_lenet(params);
+  net->train();
+  auto X = view_of(x, {batch, 1, 28, 28});
+  auto Y = torch::from_blob(const_cast<int64_t*>(labels), {batch}, torch::kInt64);
+  torch::Tensor logits = net->forward(X);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(logits, Y);
+  loss.backward();
+  LenetStep out;
+  out.loss = loss.item<double>();
+  out.logits.resize(static_cast<size_t>(logits.numel()));
+  copy_out(logits.detach(), out.logits.data());
+  for (auto& kv : net->named_parameters()) {
+    std::vector<float> g(static_cast<size_t>(kv.value().numel()));
+    copy_out(kv.value().grad(), g.data());
+    out.grads.emplace_back(kv.key(), std::move(g));
+  }
+  return out;
+}
+
+std::function<double()> lenet_epoch(const std::vector<NamedArray>& params, const float* x, const int64_t* labels,
+                                    int64_t n, int64_t batch, double lr, uint64_t seed) {
+  auto net = make_lenet(params);
+  auto opt = std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(lr));
+  auto X = view_of(x, {n, 1, 28, 28});
+  auto Y = torch::from_blob(const_cast<int64_t*>(labels), {n}, torch::kInt64);
+  auto gen = std::make_shared<at::Generator>(at::detail::createCPUGenerator(seed));
+  return [=]() mutable {
     net->train();
     torch::Tensor order = torch::randperm(n, *gen, torch::kInt64);
     double total = 0, correct = 0;

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace bench::torch_peer {
 
@@ -41,5 +43,54 @@ std::function<void()> train_step(const Mlp& w, const float* x, const int64_t* la
 /// the mean training loss.
 std::function<double()> fashion_epoch(const Mlp& w, const float* x, const int64_t* labels, int64_t n,
                                       int64_t batch, double lr, uint64_t seed);
+
+/// A conv2d over NCHW f32 memory (not copied; must outlive the calls):
+/// x [n, c, h, w], weight [o, c, k, k], bias [o], zero padding `pad`, stride 1.
+struct Conv2d {
+  const float* x;
+  const float* weight;
+  const float* bias;
+  int64_t n, c, h, w, o, k, pad;
+  int64_t oh() const { return h + 2 * pad - k + 1; }
+  int64_t ow() const { return w + 2 * pad - k + 1; }
+};
+/// The implementation torch::conv2d picks for these shapes (ATen's
+/// select_conv_backend: "Mkldnn", "Slow2d", ...), with and without backward.
+std::string conv2d_backend(const Conv2d& p, bool need_backward);
+/// torch::conv2d under NoGradGuard, result dropped.
+std::function<void()> conv2d_forward(const Conv2d& p);
+/// The same once, into y [n, o, oh, ow].
+void conv2d_forward_into(const Conv2d& p, float* y);
+/// Forward and backward with the upstream gradient gy [n, o, oh, ow] to the
+/// input, weight and bias (leaves whose gradients are reset to undefined
+/// before each call, as zero_grad(set_to_none) does).
+std::function<void()> conv2d_forward_backward(const Conv2d& p, const float* gy);
+/// The same once, gradients copied out (gx like x, gw like weight, gb [o]).
+void conv2d_grads_into(const Conv2d& p, const float* gy, float* gx, float* gw, float* gb);
+
+/// A parameter of a model by its state-dict name, f32 memory of `numel` values.
+struct NamedArray {
+  std::string name;
+  const float* data;
+  int64_t numel;
+};
+/// D2L's LeNet with BatchNorm (torch::nn::Sequential of Conv2d(1,6,5,pad 2),
+/// BatchNorm2d(6), ReLU, MaxPool2d(2), Conv2d(6,16,5), BatchNorm2d(16), ReLU,
+/// MaxPool2d(2), Flatten, Linear(400,120), BatchNorm1d(120), ReLU,
+/// Linear(120,84), BatchNorm1d(84), ReLU, Linear(84,10)), its parameters
+/// copied in by name ("0.weight", "1.bias", ...; every one must be given).
+/// One training-mode step on (x [batch, 1, 28, 28], labels): the loss, the
+/// logits and every parameter's gradient by name (no update).
+struct LenetStep {
+  double loss = 0;
+  std::vector<float> logits;
+  std::vector<std::pair<std::string, std::vector<float>>> grads;
+};
+LenetStep lenet_first_step(const std::vector<NamedArray>& params, const float* x, const int64_t* labels,
+                           int64_t batch);
+/// An epoch of that model over (x [n, 1, 28, 28], labels [n]) with SGD(lr):
+/// the same per-batch work as fashion_epoch. Returns the mean training loss.
+std::function<double()> lenet_epoch(const std::vector<NamedArray>& params, const float* x, const int64_t* labels,
+                                    int64_t n, int64_t batch, double lr, uint64_t seed);
 
 }  // namespace bench::torch_peer
