@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "codegen/builders.h"
-#include "codegen/grad_mode.h"
 #include "dsl/expr.h"
 #include "dsl/indexing.h"
 #include "dsl/windows.h"
@@ -52,39 +51,25 @@ Scalar lowest(DType t) {
 }
 
 // The maximum of each window and the position of its first maximum (a NaN
-// counts as the maximum, as in PyTorch). The position is a min over an
-// equality mask rather than an argmax, so both are reductions the compiled
-// backends fuse into one row program over the windows; with a gradient to
-// carry, the value is read back through that position, so the gradient goes
-// to the first maximum only, as PyTorch's does (a plain max would share it
-// between ties).
+// counts as the maximum, as in PyTorch): a running choice over the window's
+// strided views in PyTorch's order, v = where(s_k > v, s_k, v), so the whole
+// pool is one elementwise kernel reading its input kernel-size times, and
+// the gradient goes through the choices to the first maximum only, as
+// PyTorch's does (a plain max would share it between ties).
 Tensor::ValuesIndices max_pool_impl(const Tensor& input, Size2 k, const MaxPool2dOptions& o, bool want_indices) {
   constexpr std::string_view op = "max_pool2d";
   auto [x, unbatched] = detail::batched_4d(op, input);
   PoolGeometry g = pool_geometry(op, x, k, o.stride.value_or(k), o.padding, o.dilation, o.ceil_mode);
-  Tensor windows = detail::unfold_windows(x, 2, 3, g.h, g.w, lowest(x.dtype()));  // [N, C, OH, OW, KW, KH]
-  const bool routed = grad_enabled() && x.requires_grad();
-  const bool keep = routed || want_indices;
-  Tensor values = keep ? windows.max(-1, true).max(-2, true) : windows.max(-1).max(-1);
+  std::vector<Tensor> views = detail::window_views(x, 2, 3, g.h, g.w, lowest(x.dtype()));
+  Tensor values = views[0];
   Tensor which;
-  if (keep) {
-    Tensor first;
-    {
-      // The position carries no gradient: built without recording, so a
-      // training step keeps none of its intermediate values.
-      NoGradGuard no_grad;
-      const int64_t K = g.h.kernel * g.w.kernel;
-      Tensor hit = windows == values.detach();
-      if (is_floating(x.dtype())) hit = binary_op(ir::Op::Or, hit, windows.isnan());
-      // PyTorch's window order: kh * KW + kw.
-      const Shape& ws = windows.shape();
-      Tensor pos = Tensor::from_node(ir::iota(ws, ws.rank() - 1), x.device()) * g.w.kernel +
-                   Tensor::from_node(ir::iota(ws, ws.rank() - 2), x.device());
-      which = masked_fill(pos, logical_not(hit), K).min(-1, true).min(-2, true);  // [N, C, OH, OW, 1, 1]
-      if (routed) first = pos == which;
-      which = which.squeeze(-1).squeeze(-1);
-    }
-    values = routed ? masked_fill(windows, logical_not(first), 0.0).sum({-2, -1}) : values.squeeze(-1).squeeze(-1);
+  if (want_indices)
+    which = Tensor::from_node(ir::constant(ir::ScalarValue::of_int(0), DType::i64, values.shape()), x.device());
+  for (size_t i = 1; i < views.size(); ++i) {
+    Tensor take = views[i] > values;
+    if (is_floating(x.dtype())) take = binary_op(ir::Op::Or, take, binary_op(ir::Op::And, views[i].isnan(), logical_not(values.isnan())));
+    values = where(take, views[i], values);
+    if (want_indices) which = masked_fill(which, take, static_cast<int64_t>(i));
   }
   if (unbatched) {
     values = values.squeeze(0);
@@ -125,7 +110,9 @@ Tensor avg_pool2d(const Tensor& input, Size2 k, const AvgPool2dOptions& o) {
     throw ValueError("avg_pool2d: divisor_override must be non-zero");
   const Size2 stride = o.stride.value_or(k);
   PoolGeometry g = pool_geometry(op, x, k, stride, o.padding, 1, o.ceil_mode);
-  Tensor sums = detail::unfold_windows(x, 2, 3, g.h, g.w, 0.0).sum({-2, -1});  // [N, C, OH, OW]
+  std::vector<Tensor> views = detail::window_views(x, 2, 3, g.h, g.w, 0.0);
+  Tensor sums = views[0];
+  for (size_t i = 1; i < views.size(); ++i) sums = sums + views[i];  // one elementwise kernel
   Tensor y;
   if (o.divisor_override) {
     y = sums / static_cast<double>(*o.divisor_override);

@@ -1,9 +1,9 @@
 // Pooling as torch.nn.functional spells it: max_pool2d (with the indices
 // PyTorch returns), avg_pool2d and adaptive_avg_pool2d over [N, C, H, W] or
-// [C, H, W]. A pool reads the kernel_size windows of its (padded) input
-// inside the kernel that reduces them (codegen/kernel_ir.h predicated loads),
-// so `max_pool2d(relu(x), 2)` is one kernel. The gradient of a max pool goes
-// to the first maximum of each window only, as in PyTorch.
+// [C, H, W]. A pool combines the kernel_size strided views of its (padded)
+// input elementwise, so it is one kernel that reads its input kernel-size
+// times and stores only its output. The gradient of a max pool goes to the
+// first maximum of each window only, as in PyTorch.
 //
 //   Tensor p = max_pool2d(x, 2);                               // [N, C, H/2, W/2]
 //   Tensor a = avg_pool2d(x, 3, {.stride = 1, .padding = 1});  // same size

@@ -8,8 +8,10 @@
 
 namespace tessel::detail {
 
-Tensor unfold_windows(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h, const WindowDim& w,
-                      const Scalar& fill) {
+namespace {
+
+Tensor padded(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h, const WindowDim& w,
+              const Scalar& fill) {
   const int64_t rank = x.dim();
   Tensor xp = x;
   if (h.pad_before || h.pad_after || w.pad_before || w.pad_after) {
@@ -23,6 +25,31 @@ Tensor unfold_windows(const Tensor& x, int64_t dim_h, int64_t dim_w, const Windo
     }
     xp = pad(x, widths, fill);
   }
+  return xp;
+}
+
+Tensor window(const Tensor& xp, int64_t dim, const WindowDim& d, int64_t k) {
+  const int64_t start = k * d.dilation;
+  return xp.slice(dim, start, start + d.stride * (d.out - 1) + 1, d.stride);
+}
+
+}  // namespace
+
+std::vector<Tensor> window_views(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h,
+                                 const WindowDim& w, const Scalar& fill) {
+  Tensor xp = padded(x, dim_h, dim_w, h, w, fill);
+  std::vector<Tensor> views;
+  views.reserve(static_cast<size_t>(h.kernel * w.kernel));
+  for (int64_t kh = 0; kh < h.kernel; ++kh) {
+    Tensor row = window(xp, dim_h, h, kh);
+    for (int64_t kw = 0; kw < w.kernel; ++kw) views.push_back(window(row, dim_w, w, kw));
+  }
+  return views;
+}
+
+Tensor unfold_windows(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h, const WindowDim& w,
+                      const Scalar& fill) {
+  Tensor xp = padded(x, dim_h, dim_w, h, w, fill);
   // Two passes, one per spatial dim: each stacks windows that lie one
   // step apart in memory, which the kernel IR reads as one strided load
   // (codegen/lower.cpp strided_stack), and the gradient of each is a sum of
@@ -32,14 +59,10 @@ Tensor unfold_windows(const Tensor& x, int64_t dim_h, int64_t dim_w, const Windo
   auto along = [&](const Tensor& t, int64_t dim, const WindowDim& d) {
     std::vector<Tensor> parts;
     parts.reserve(static_cast<size_t>(d.kernel));
-    for (int64_t k = 0; k < d.kernel; ++k) {
-      const int64_t start = k * d.dilation;
-      parts.push_back(t.slice(dim, start, start + d.stride * (d.out - 1) + 1, d.stride));
-    }
+    for (int64_t k = 0; k < d.kernel; ++k) parts.push_back(window(t, dim, d, k));
     return parts.size() == 1 ? parts[0].unsqueeze(dim_w + 1) : stack(parts, dim_w + 1);
   };
   Tensor rows = along(xp, dim_h, h);   // [..., OH, ..., W, KH, ...]
-  (void)rank;
   return along(rows, dim_w, w);        // [..., OH, ..., OW, KW, KH, ...]
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "dsl/convolution.h"
 
@@ -33,6 +34,14 @@ struct WindowDim {
 ///   [N, C, H, W] (dims 2, 3) -> [N, C, OH, OW, KW, KH]
 Tensor unfold_windows(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h, const WindowDim& w,
                       const Scalar& fill);
+
+/// The same windows as a list of strided views of the padded x, in
+/// PyTorch's order (kh * w.kernel + kw), each of x's shape with dim_h and
+/// dim_w replaced by h.out and w.out: a pool combines them elementwise, so
+/// it is one kernel that reads its input kernel-size times and stores nothing
+/// in between.
+std::vector<Tensor> window_views(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h,
+                                 const WindowDim& w, const Scalar& fill);
 
 /// "[N, C, H, W] or [C, H, W]": x with a batch dim (and whether one was added),
 /// or a ShapeError naming `op` and x's shape.
