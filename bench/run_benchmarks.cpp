@@ -482,6 +482,33 @@ void time_epochs(const Config& cfg, const std::string& fig, const std::function<
   }
 }
 
+// One epoch of the per-batch work of train::Trainer::fit (forward, loss,
+// zero_grad, backward, SGD step, loss.item(), argmax accuracy) on `backend`,
+// without the terminal output: the tessel side of fashion_epoch and
+// lenet_epoch. Returns the mean training loss.
+std::function<double()> trainer_epoch(nn::Sequential net, const Tensor& X, const Tensor& Y, int64_t batch, double lr,
+                                      Backend& backend) {
+  const int64_t n = X.size(0);
+  auto opt = std::make_shared<optim::SGD>(net->parameters(), optim::SGDOptions{.lr = lr});
+  auto loader = std::make_shared<data::DataLoader>(X, Y, data::DataLoaderOptions{.batch_size = batch, .shuffle = true, .seed = 0});
+  return [net, opt, loader, n, &backend]() -> double {
+    BackendOverride o(backend);
+    net->train();
+    double total = 0, correct = 0;
+    for (auto& [xb, yb] : loader->epoch()) {
+      Tensor logits = net(xb);
+      Tensor l = cross_entropy(logits, yb);
+      opt->zero_grad();
+      l.backward();
+      opt->step();
+      total += l.item<double>() * static_cast<double>(yb.size(0));
+      NoGradGuard g;
+      correct += binary_op(ir::Op::Eq, logits.argmax(1), yb).to(DType::f32).sum().item<double>();
+    }
+    return total / static_cast<double>(n);
+  };
+}
+
 // ----------------------------------------------------------- fashion epoch
 
 void fashion_epoch(const Config& cfg) {
@@ -503,26 +530,7 @@ void fashion_epoch(const Config& cfg) {
     manual_seed(0);
     auto net = nn::Sequential(nn::Flatten(), nn::LazyLinear(256), nn::ReLU(), nn::LazyLinear(10));
     net->apply_init(train.X.narrow(0, 0, 2));
-    auto opt = std::make_shared<optim::SGD>(net->parameters(), optim::SGDOptions{.lr = lr});
-    auto loader = std::make_shared<data::DataLoader>(train.X, train.y,
-                                                     data::DataLoaderOptions{.batch_size = batch, .shuffle = true, .seed = 0});
-    // The per-batch work of train::Trainer::fit, without the terminal output.
-    auto epoch = [net, opt, loader, n, &backend]() -> double {
-      BackendOverride o(backend);
-      net->train();
-      double total = 0, correct = 0;
-      for (auto& [xb, yb] : loader->epoch()) {
-        Tensor logits = net(xb);
-        Tensor l = cross_entropy(logits, yb);
-        opt->zero_grad();
-        l.backward();
-        opt->step();
-        total += l.item<double>() * static_cast<double>(yb.size(0));
-        NoGradGuard g;
-        correct += binary_op(ir::Op::Eq, logits.argmax(1), yb).to(DType::f32).sum().item<double>();
-      }
-      return total / static_cast<double>(n);
-    };
+    auto epoch = trainer_epoch(net, train.X, train.y, batch, lr, backend);
     return std::make_pair(net, std::function<double()>(epoch));
   };
   auto [net, tessel_epoch] = make_tessel(main_backend());
@@ -625,25 +633,7 @@ void lenet_epoch(const Config& cfg) {
 
   auto make_tessel = [&](Backend& backend) {
     auto net = make_net();
-    auto opt = std::make_shared<optim::SGD>(net->parameters(), optim::SGDOptions{.lr = lr});
-    auto loader = std::make_shared<data::DataLoader>(X, Y, data::DataLoaderOptions{.batch_size = batch, .shuffle = true, .seed = 0});
-    // The per-batch work of train::Trainer::fit, as fashion_epoch.
-    auto epoch = [net, opt, loader, n, &backend]() -> double {
-      BackendOverride o(backend);
-      net->train();
-      double total = 0, correct = 0;
-      for (auto& [xb, yb] : loader->epoch()) {
-        Tensor logits = net(xb);
-        Tensor l = cross_entropy(logits, yb);
-        opt->zero_grad();
-        l.backward();
-        opt->step();
-        total += l.item<double>() * static_cast<double>(yb.size(0));
-        NoGradGuard g;
-        correct += binary_op(ir::Op::Eq, logits.argmax(1), yb).to(DType::f32).sum().item<double>();
-      }
-      return total / static_cast<double>(n);
-    };
+    auto epoch = trainer_epoch(net, X, Y, batch, lr, backend);
     return std::make_pair(net, std::function<double()>(epoch));
   };
   auto [net, tessel_epoch] = make_tessel(main_backend());
