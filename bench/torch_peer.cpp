@@ -93,14 +93,15 @@ std::function<void()> train_step(const Mlp& w, const float* x, const int64_t* la
   };
 }
 
-std::function<double()> fashion_epoch(const Mlp& w, const float* x, const int64_t* labels, int64_t n,
-                                      int64_t batch, double lr, uint64_t seed) {
-  auto net = std::make_shared<Net>(w);
+// The per-batch work of fashion_epoch on a LibTorch model: randperm
+// shuffling, index_select batch copies (as tessel's DataLoader), forward,
+// cross_entropy, zero_grad, backward, SGD step, loss.item(), accuracy.
+template <class Model>
+std::function<double()> sgd_epoch(Model net, torch::Tensor X, torch::Tensor Y, int64_t n, int64_t batch, double lr,
+                                  uint64_t seed) {
   auto opt = std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(lr));
-  auto X = view_of(x, {n, w.in});
-  auto Y = torch::from_blob(const_cast<int64_t*>(labels), {n}, torch::kInt64);
   auto gen = std::make_shared<at::Generator>(at::detail::createCPUGenerator(seed));
-  return [=] {
+  return [=]() mutable {
     net->train();
     torch::Tensor order = torch::randperm(n, *gen, torch::kInt64);
     double total = 0, correct = 0;
@@ -122,6 +123,14 @@ std::function<double()> fashion_epoch(const Mlp& w, const float* x, const int64_
     (void)correct;
     return total / static_cast<double>(n);
   };
+}
+
+std::function<double()> fashion_epoch(const Mlp& w, const float* x, const int64_t* labels, int64_t n,
+                                      int64_t batch, double lr, uint64_t seed) {
+  auto net = std::make_shared<Net>(w);
+  auto X = view_of(x, {n, w.in});
+  auto Y = torch::from_blob(const_cast<int64_t*>(labels), {n}, torch::kInt64);
+  return sgd_epoch(net, X, Y, n, batch, lr, seed);
 }
 
 namespace {
@@ -252,32 +261,9 @@ LenetStep lenet_first_step(const std::vector<NamedArray>& params, const float* x
 std::function<double()> lenet_epoch(const std::vector<NamedArray>& params, const float* x, const int64_t* labels,
                                     int64_t n, int64_t batch, double lr, uint64_t seed) {
   auto net = make_lenet(params);
-  auto opt = std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(lr));
   auto X = view_of(x, {n, 1, 28, 28});
   auto Y = torch::from_blob(const_cast<int64_t*>(labels), {n}, torch::kInt64);
-  auto gen = std::make_shared<at::Generator>(at::detail::createCPUGenerator(seed));
-  return [=]() mutable {
-    net->train();
-    torch::Tensor order = torch::randperm(n, *gen, torch::kInt64);
-    double total = 0, correct = 0;
-    for (int64_t s = 0; s < n; s += batch) {
-      int64_t len = std::min(batch, n - s);
-      torch::Tensor idx = order.narrow(0, s, len);
-      torch::Tensor xb = X.index_select(0, idx), yb = Y.index_select(0, idx);  // copies, as tessel's DataLoader
-      torch::Tensor logits = net->forward(xb);
-      torch::Tensor loss = torch::nn::functional::cross_entropy(logits, yb);
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
-      total += loss.item<double>() * static_cast<double>(len);
-      {
-        torch::NoGradGuard g;
-        correct += logits.argmax(1).eq(yb).to(torch::kFloat32).sum().item<double>();
-      }
-    }
-    (void)correct;
-    return total / static_cast<double>(n);
-  };
+  return sgd_epoch(net, X, Y, n, batch, lr, seed);
 }
 
 }  // namespace bench::torch_peer

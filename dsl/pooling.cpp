@@ -62,14 +62,29 @@ Tensor::ValuesIndices max_pool_impl(const Tensor& input, Size2 k, const MaxPool2
   PoolGeometry g = pool_geometry(op, x, k, o.stride.value_or(k), o.padding, o.dilation, o.ceil_mode);
   std::vector<Tensor> views = detail::window_views(x, 2, 3, g.h, g.w, lowest(x.dtype()));
   Tensor values = views[0];
+  // With indices: the chosen view's offset in the flattened H x W plane,
+  // kh * dh * W + kw * dw (view i is kh = i / KW, kw = i % KW).
   Tensor which;
+  const int64_t W = x.size(3);
+  auto offset = [&](size_t i) {
+    const int64_t kh = static_cast<int64_t>(i) / k.w, kw = static_cast<int64_t>(i) % k.w;
+    return kh * o.dilation.h * W + kw * o.dilation.w;
+  };
   if (want_indices)
     which = Tensor::from_node(ir::constant(ir::ScalarValue::of_int(0), DType::i64, values.shape()), x.device());
   for (size_t i = 1; i < views.size(); ++i) {
     Tensor take = views[i] > values;
-    if (is_floating(x.dtype())) take = binary_op(ir::Op::Or, take, binary_op(ir::Op::And, views[i].isnan(), logical_not(values.isnan())));
+    if (is_floating(x.dtype()))
+      take = binary_op(ir::Op::Or, take, binary_op(ir::Op::And, views[i].isnan(), logical_not(values.isnan())));
     values = where(take, views[i], values);
-    if (want_indices) which = masked_fill(which, take, static_cast<int64_t>(i));
+    if (want_indices) which = masked_fill(which, take, offset(i));
+  }
+  if (want_indices) {
+    // Plus where the window starts: row oh*sh - ph, column ow*sw - pw.
+    const Size2 s = o.stride.value_or(k);
+    Tensor oh = arange(g.h.out, DType::i64, x.device()).reshape({-1, 1});
+    Tensor ow = arange(g.w.out, DType::i64, x.device()).reshape({1, -1});
+    which = which + ((oh * s.h - o.padding.h) * W + (ow * s.w - o.padding.w));
   }
   if (unbatched) {
     values = values.squeeze(0);
@@ -85,19 +100,7 @@ Tensor max_pool2d(const Tensor& x, Size2 kernel_size, const MaxPool2dOptions& op
 }
 
 Tensor::ValuesIndices max_pool2d_with_indices(const Tensor& input, Size2 k, const MaxPool2dOptions& o) {
-  auto [values, which] = max_pool_impl(input, k, o, true);
-  // Window position kh * KW + kw of output (oh, ow) is input row
-  // oh*sh - ph + kh*dh and column ow*sw - pw + kw*dw; PyTorch's index is row * W + col.
-  auto [x, unbatched] = detail::batched_4d("max_pool2d", input);
-  const Size2 s = o.stride.value_or(k);
-  const int64_t rank = which.dim();
-  Tensor oh = arange(which.size(rank - 2), DType::i64, x.device()).reshape({-1, 1});
-  Tensor ow = arange(which.size(rank - 1), DType::i64, x.device()).reshape({1, -1});
-  Tensor kh = (which.to(DType::f64) / static_cast<double>(k.w)).floor().to(DType::i64);
-  Tensor kw = which - kh * k.w;
-  Tensor row = oh * s.h - o.padding.h + kh * o.dilation.h;
-  Tensor col = ow * s.w - o.padding.w + kw * o.dilation.w;
-  return {values, row * x.size(3) + col};
+  return max_pool_impl(input, k, o, true);
 }
 
 Tensor avg_pool2d(const Tensor& input, Size2 k, const AvgPool2dOptions& o) {
