@@ -9,6 +9,8 @@
 
 #include "codegen/builders.h"
 #include "codegen/grad_mode.h"
+#include "codegen/ir_verifier.h"
+#include "codegen/verify_mode.h"
 #include "runtime/errors.h"
 #include "runtime/storage.h"
 
@@ -37,7 +39,7 @@ NodePtr unexpand(NodePtr g, const Shape& in) {
 NodePtr unreduce(const NodePtr& v, const ir::Node& red) {
   const Shape& xs = red.args[0]->shape;
   std::vector<int64_t> kept = xs.dims;
-  for (int64_t a : red.axes) kept[static_cast<size_t>(a)] = 1;
+  for (int64_t a : red.reduce().axes) kept[static_cast<size_t>(a)] = 1;
   return ir::expand(ir::reshape(v, kept), xs);
 }
 
@@ -54,7 +56,7 @@ NodePtr unslice(NodePtr g, const ir::Node& n) {
   const Shape& in = n.args[0]->shape;
   const int64_t rank = in.rank();
   for (int64_t d = 0; d < rank; ++d) {
-    const int64_t step = n.axes[static_cast<size_t>(2 * d + 1)], len = g->shape[d];
+    const int64_t step = n.window().dims[static_cast<size_t>(d)].step, len = g->shape[d];
     if (step == 1 || len == 0) continue;
     std::vector<int64_t> spread(g->shape.dims);
     spread.insert(spread.begin() + d + 1, 1);
@@ -68,7 +70,7 @@ NodePtr unslice(NodePtr g, const ir::Node& n) {
   std::vector<int64_t> before(static_cast<size_t>(rank)), after(static_cast<size_t>(rank));
   bool moved = false;
   for (int64_t d = 0; d < rank; ++d) {
-    before[static_cast<size_t>(d)] = n.axes[static_cast<size_t>(2 * d)];
+    before[static_cast<size_t>(d)] = n.window().dims[static_cast<size_t>(d)].start;
     after[static_cast<size_t>(d)] = in[d] - before[static_cast<size_t>(d)] - g->shape[d];
     moved = moved || before[static_cast<size_t>(d)] != 0 || after[static_cast<size_t>(d)] != 0;
   }
@@ -79,16 +81,16 @@ NodePtr unslice(NodePtr g, const ir::Node& n) {
 // added is trimmed, what was trimmed comes back as zeros).
 NodePtr unpad(const NodePtr& g, const ir::Node& n) {
   std::vector<int64_t> before, after;
-  for (size_t d = 0; 2 * d < n.axes.size(); ++d) {
-    before.push_back(-n.axes[2 * d]);
-    after.push_back(-n.axes[2 * d + 1]);
+  for (const ir::PadWidth& w : n.widths().dims) {
+    before.push_back(-w.before);
+    after.push_back(-w.after);
   }
   return ir::pad(g, before, after, ir::ScalarValue::of(0));
 }
 
 // The gradients of a concatenation: each part's window of `g`.
 std::vector<NodePtr> uncat(const NodePtr& g, const ir::Node& n) {
-  const int64_t ax = n.axes[0], rank = g->shape.rank();
+  const int64_t ax = n.axis(), rank = g->shape.rank();
   std::vector<NodePtr> parts;
   int64_t start = 0;
   for (const NodePtr& a : n.args) {
@@ -163,19 +165,52 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Sum: return {unreduce(g, n)};
     case Op::Mean: {
       int64_t count = 1;
-      for (int64_t ax : n.axes) count *= a[0]->shape[ax];
+      for (int64_t ax : n.reduce().axes) count *= a[0]->shape[ax];
       return {bin(Op::Div, unreduce(g, n), scalar(static_cast<double>(count), dt))};
     }
     case Op::Max:
     case Op::Min: {
       NodePtr mask = ir::cast(bin(Op::Eq, a[0], unreduce(self, n)), dt);
-      NodePtr count = ir::reduce(Op::Sum, mask, n.axes, true);
+      NodePtr count = ir::reduce(Op::Sum, mask, n.reduce().axes, true);
       return {bin(Op::Mul, unreduce(g, n), bin(Op::Div, mask, ir::expand(count, a[0]->shape)))};
+    }
+    case Op::Prod: {
+      // g * prod_{j != i} x_j from the count of zeros along the row (self / x
+      // would divide by them), as PyTorch: with none, p / x_i, p the product
+      // of the nonzero elements; with one, p at the zero and 0 elsewhere; with
+      // more, 0. Zeros become 1 before any division.
+      const std::vector<int64_t>& axes = n.reduce().axes;
+      const Shape& xs = a[0]->shape;
+      auto per_row = [&](Op op, NodePtr v) { return ir::expand(ir::reduce(op, std::move(v), axes, true), xs); };
+      NodePtr is_zero = bin(Op::Eq, a[0], scalar(0, dt));
+      NodePtr nonzero = ir::where(is_zero, scalar(1, dt), a[0]);
+      NodePtr zeros = per_row(Op::Sum, ir::cast(is_zero, dt));
+      NodePtr p = per_row(Op::Prod, nonzero);
+      NodePtr none = zeros_like(a[0]);
+      auto when = [&](double count, NodePtr v, NodePtr other) {
+        return ir::where(bin(Op::Eq, zeros, scalar(count, dt)), std::move(v), std::move(other));
+      };
+      NodePtr at_zero, elsewhere;
+      if (grad_enabled()) {
+        // A gradient that is itself differentiated must keep its dependence
+        // on the zeros, which the selects drop: s, the row's sum of its zero
+        // elements (0 in value), carries it. With one zero z, x_i's entry is
+        // p / x_i * s (d/dx_z: prod over j != i, z); with two, z's is
+        // p * (s - x_z) (d/dx_z': p). Higher orders would need more terms.
+        NodePtr s = per_row(Op::Sum, ir::where(is_zero, a[0], none));
+        at_zero = when(1, p, when(2, bin(Op::Mul, p, bin(Op::Sub, s, a[0])), none));
+        elsewhere = when(0, bin(Op::Div, p, nonzero), when(1, bin(Op::Mul, bin(Op::Div, p, nonzero), s), none));
+      } else {
+        at_zero = when(1, p, none);
+        elsewhere = when(0, bin(Op::Div, p, nonzero), none);
+      }
+      return {bin(Op::Mul, unreduce(g, n), ir::where(is_zero, at_zero, elsewhere))};
     }
     case Op::Reshape: return {ir::reshape(g, a[0]->shape.dims)};
     case Op::Permute: {
-      std::vector<int64_t> inv(n.axes.size());
-      for (size_t i = 0; i < n.axes.size(); ++i) inv[static_cast<size_t>(n.axes[i])] = static_cast<int64_t>(i);
+      const std::vector<int64_t>& order = n.order().order;
+      std::vector<int64_t> inv(order.size());
+      for (size_t i = 0; i < order.size(); ++i) inv[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
       return {ir::permute(g, inv)};
     }
     case Op::Expand: return {unexpand(g, a[0]->shape)};
@@ -184,8 +219,8 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Slice: return {unslice(g, n)};
     case Op::Pad: return {unpad(g, n), nullptr};
     case Op::Cat: return uncat(g, n);
-    case Op::Gather: return {ir::scatter_add(g, a[1], n.axes[0], a[0]->shape), nullptr};
-    case Op::ScatterAdd: return {ir::gather(g, a[1], n.axes[0]), nullptr};
+    case Op::Gather: return {ir::scatter_add(g, a[1], n.axis(), a[0]->shape), nullptr};
+    case Op::ScatterAdd: return {ir::gather(g, a[1], n.axis()), nullptr};
     case Op::IsNan: case Op::IsInf: case Op::Iota:
     case Op::Input: case Op::Constant: case Op::Not: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
     case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
@@ -244,6 +279,7 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
   // gradient (PyTorch's version-counter check).
   std::vector<NodePtr> roots;
   for (auto& lg : out) roots.push_back(lg.grad);
+  if (verify_enabled()) ir::verify_ir(roots, "autodiff");
   for (ir::Node* n : ir::topo_order(roots)) {
     if (n->op != Op::Input || !n->buffer->storage) continue;
     uint64_t now = n->buffer->storage->version();
@@ -261,13 +297,15 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
 }
 
 std::string grad_fn_name(const ir::Node& n) {
-  bool all_axes = static_cast<int64_t>(n.axes.size()) == (n.args.empty() ? 0 : n.args[0]->shape.rank());
   // PyTorch's names where they are not the op's own name + "Backward0".
-  const bool whole = all_axes && !n.keepdim;
+  const bool whole = ir::is_reduction(n.op) &&
+                     static_cast<int64_t>(n.reduce().axes.size()) == (n.args.empty() ? 0 : n.args[0]->shape.rank()) &&
+                     !n.reduce().keepdim;
   if (n.op == Op::Sum) return whole ? "SumBackward0" : "SumBackward1";
   if (n.op == Op::Mean) return whole ? "MeanBackward0" : "MeanBackward1";
   if (n.op == Op::Max) return whole ? "MaxBackward1" : "MaxBackward0";
   if (n.op == Op::Min) return whole ? "MinBackward1" : "MinBackward0";
+  if (n.op == Op::Prod) return whole ? "ProdBackward0" : "ProdBackward1";
   if (n.op == Op::Reshape) return "ViewBackward0";
   if (n.op == Op::Permute) return n.shape.rank() == 2 ? "TBackward0" : "PermuteBackward0";
   if (n.op == Op::Cast) return "ToCopyBackward0";

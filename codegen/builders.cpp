@@ -200,13 +200,15 @@ NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
         "{0}: input dtype is {1}, but {0} needs a floating dtype; cast first, e.g. x.to(DType::f32).{0}()", name,
         dtype_name(x->dtype)));
   DType result = x->dtype;
-  if (op == Op::Sum && !is_floating(x->dtype)) result = DType::i64;
+  // torch.sum and torch.prod of bool/int inputs are int64.
+  const bool widens = op == Op::Sum || op == Op::Prod;
+  if (widens && !is_floating(x->dtype)) result = DType::i64;
   if (op == Op::ArgMax) result = DType::i64;
   if (is_half(x->dtype) && op != Op::ArgMax) {
     DType h = x->dtype;
     return cast(reduce(op, cast(std::move(x), DType::f32), std::move(axes), keepdim), h);
   }
-  if (op == Op::Sum && result != x->dtype) x = cast(std::move(x), result);
+  if (widens && result != x->dtype) x = cast(std::move(x), result);
   std::vector<int64_t> out;
   for (int64_t i = 0; i < rank; ++i) {
     bool red = std::binary_search(axes.begin(), axes.end(), i);
@@ -214,8 +216,7 @@ NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
     else if (keepdim) out.push_back(1);
   }
   NodePtr n = make(op, result, Shape(std::move(out)), {std::move(x)});
-  n->axes = std::move(axes);
-  n->keepdim = keepdim;
+  n->attrs = ReduceAttrs{std::move(axes), keepdim};
   return n;
 }
 
@@ -267,7 +268,7 @@ NodePtr permute(NodePtr x, std::vector<int64_t> order) {
   if (identity) return x;
   DType dt = x->dtype;
   NodePtr n = make(Op::Permute, dt, Shape(std::move(out)), {std::move(x)});
-  n->axes = std::move(order);
+  n->attrs = OrderAttrs{std::move(order)};
   return n;
 }
 
@@ -283,41 +284,38 @@ NodePtr transpose(NodePtr x, int64_t d0, int64_t d1) {
 
 NodePtr slice(NodePtr x, std::vector<int64_t> starts, std::vector<int64_t> steps, Shape out) {
   TESSEL_ASSERT("builders", starts.size() == steps.size() && static_cast<int64_t>(starts.size()) == x->shape.rank());
-  std::vector<int64_t> attr;
-  for (size_t i = 0; i < starts.size(); ++i) {
-    attr.push_back(starts[i]);
-    attr.push_back(steps[i]);
-  }
+  WindowAttrs attr;
+  for (size_t i = 0; i < starts.size(); ++i) attr.dims.push_back({starts[i], steps[i]});
   DType dt = x->dtype;
   NodePtr n = make(Op::Slice, dt, std::move(out), {std::move(x)});
-  n->axes = std::move(attr);
+  n->attrs = std::move(attr);
   return n;
 }
 
 NodePtr iota(Shape shape, int64_t axis) {
   TESSEL_ASSERT("builders", axis >= 0 && axis < std::max<int64_t>(shape.rank(), 1));
   NodePtr n = make(Op::Iota, DType::i64, std::move(shape), {});
-  n->axes = {axis};
+  n->attrs = AxisAttrs{axis};
   return n;
 }
 
 NodePtr pad(NodePtr x, std::vector<int64_t> before, std::vector<int64_t> after, ScalarValue fill) {
   const Shape& s = x->shape;
   TESSEL_ASSERT("builders", static_cast<int64_t>(before.size()) == s.rank() && before.size() == after.size());
-  std::vector<int64_t> out(s.dims), attr;
+  std::vector<int64_t> out(s.dims);
+  WidthsAttrs attr;
   for (size_t d = 0; d < out.size(); ++d) {
     out[d] = s.dims[d] + before[d] + after[d];
     if (out[d] < 0)
       throw ShapeError(fmt::format("pad: widths {} before and {} after dim {} of shape {} leave {} elements; "
                                    "a negative width may remove at most the dim's size",
                                    before[d], after[d], d, s.str(), out[d]));
-    attr.push_back(before[d]);
-    attr.push_back(after[d]);
+    attr.dims.push_back({before[d], after[d]});
   }
   DType dt = x->dtype;
   // The fill is a constant arg, so a kernel takes it as a launch argument.
   NodePtr n = make(Op::Pad, dt, Shape(std::move(out)), {std::move(x), constant(fill, dt)});
-  n->axes = std::move(attr);
+  n->attrs = std::move(attr);
   return n;
 }
 
@@ -343,7 +341,7 @@ NodePtr cat(std::vector<NodePtr> xs, int64_t axis) {
   if (xs.size() == 1) return xs[0];
   DType dt = xs[0]->dtype;
   NodePtr n = make(Op::Cat, dt, Shape(std::move(out)), std::move(xs));
-  n->axes = {axis};
+  n->attrs = AxisAttrs{axis};
   return n;
 }
 
@@ -363,7 +361,7 @@ NodePtr gather(NodePtr x, NodePtr idx, int64_t axis) {
   DType dt = x->dtype;
   Shape out = si;
   NodePtr n = make(Op::Gather, dt, std::move(out), {std::move(x), cast(std::move(idx), DType::i64)});
-  n->axes = {axis};
+  n->attrs = AxisAttrs{axis};
   return n;
 }
 
@@ -373,7 +371,7 @@ NodePtr scatter_add(NodePtr src, NodePtr idx, int64_t axis, Shape shape) {
   DType dt = src->dtype;
   if (is_half(dt)) return cast(scatter_add(cast(std::move(src), DType::f32), std::move(idx), axis, std::move(shape)), dt);
   NodePtr n = make(Op::ScatterAdd, dt, std::move(shape), {std::move(src), cast(std::move(idx), DType::i64)});
-  n->axes = {axis};
+  n->attrs = AxisAttrs{axis};
   return n;
 }
 

@@ -5,6 +5,9 @@
 #include <unordered_map>
 
 #include "codegen/blas/gemm.h"
+#include "codegen/ir_verifier.h"
+#include "codegen/kernel_ir_verifier.h"
+#include "codegen/verify_mode.h"
 #include "runtime/errors.h"
 
 namespace tessel::exec {
@@ -26,6 +29,7 @@ std::string_view role_name(Role r) {
 BufferView dense_copy(StepExecutor& ex, DType t, const Shape& s, const BufferView& in) {
   BufferView out = ex.alloc(t, s);
   lower::Lowered l = lower::lower_copy(t, s, in, out);
+  kir::check_lowering(l);
   lower::coalesce(l);
   ex.launch(l, Role::copy, nullptr);
   return out;
@@ -35,6 +39,7 @@ void StepExecutor::matmul_epilogue(const Node& mm, const std::vector<BufferView>
                                    const lower::Lowered& epi, const Node& epi_node) {
   BufferView v = matmul(mm, args);
   lower::Lowered copy = lower::lower_copy(mm.dtype, mm.shape, v, out);
+  kir::check_lowering(copy);
   lower::coalesce(copy);
   launch(copy, Role::copy, nullptr);
   launch(epi, Role::epilogue, &epi_node);
@@ -42,6 +47,10 @@ void StepExecutor::matmul_epilogue(const Node& mm, const std::vector<BufferView>
 
 void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const sched::Schedule& S,
                   bool keep_grad_values) {
+  if (verify_enabled()) {
+    ir::verify_ir(roots, sched::kPasses[0]);
+    ir::verify_schedule(S, sched::kPasses[1]);
+  }
   std::unordered_map<Node*, BufferView> values;
   lower::ValueOf value_of = [&](Node* n) -> std::optional<BufferView> {
     if (n->realized()) return *n->buffer;
@@ -73,6 +82,7 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
       case sched::StepKind::Reduce: {
         BufferView out = ex.alloc(n->dtype, n->shape);
         lower::Lowered l = lower::lower_to_kernel_ir(*n, value_of, copy, out);
+        kir::check_lowering(l);
         lower::coalesce(l);
         ex.launch(l, step.kind == sched::StepKind::Reduce ? Role::reduce : Role::elementwise, n);
         values[n] = std::move(out);
@@ -86,6 +96,7 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
           if (step.stored[i]) stage_out[i] = ex.alloc(step.stages[i]->dtype, step.stages[i]->shape);
         BufferView out = ex.alloc(n->dtype, n->shape);
         lower::Lowered l = lower::lower_row_program(*n, step.stages, stage_out, value_of, copy, out);
+        kir::check_lowering(l);
         lower::coalesce(l);
         ex.launch(l, Role::row, n);
         for (size_t i = 0; i < step.stages.size(); ++i)
@@ -114,6 +125,7 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
                           !(keep_grad_values && n->requires_grad);
         BufferView out = over ? mm : ex.alloc(e->dtype, e->shape);
         lower::Lowered l = lower::lower_to_kernel_ir(*e, value_of, copy, out);
+        kir::check_lowering(l);
         TESSEL_ASSERT("lower_to_kernel_ir", l.rows == n->shape.dims[0]);  // epilogue rows = matmul rows
         ex.matmul_epilogue(*n, args, mm, l, *e);
         values[e] = std::move(out);

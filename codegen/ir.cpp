@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codegen/grad_mode.h"
+#include "runtime/errors.h"
 
 namespace tessel {
 
@@ -36,7 +37,7 @@ Node::~Node() {
 
 std::string_view op_name(Op op) {
   static const std::string names[] = {
-#define TESSEL_X(name, cat, traits, doc) [] { std::string s = #name; for (char& c : s) c = static_cast<char>(std::tolower(c)); return s; }(),
+#define TESSEL_X(name, cat, attrs, traits, doc) [] { std::string s = #name; for (char& c : s) c = static_cast<char>(std::tolower(c)); return s; }(),
       TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
   };
@@ -45,16 +46,31 @@ std::string_view op_name(Op op) {
 
 Category op_category(Op op) {
   static constexpr Category cats[] = {
-#define TESSEL_X(name, cat, traits, doc) Category::cat,
+#define TESSEL_X(name, cat, attrs, traits, doc) Category::cat,
       TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
   };
   return cats[static_cast<size_t>(op)];
 }
 
+AttrKind op_attr_kind(Op op) {
+  static constexpr AttrKind kinds[] = {
+#define TESSEL_X(name, cat, attrs, traits, doc) AttrKind::attrs,
+      TESSEL_IR_NODE_KINDS(TESSEL_X)
+#undef TESSEL_X
+  };
+  return kinds[static_cast<size_t>(op)];
+}
+
+void Node::throw_wrong_attrs(const char* what) const {
+  throw InternalError(fmt::format("ir: a {} node has no {} attribute (attrs alternative {}; a builder or pass set the "
+                                  "wrong one)",
+                                  op_name(op), what, attrs.index()));
+}
+
 uint32_t op_traits(Op op) {
   static constexpr uint32_t traits[] = {
-#define TESSEL_X(name, cat, t, doc) static_cast<uint32_t>(t),
+#define TESSEL_X(name, cat, attrs, t, doc) static_cast<uint32_t>(t),
       TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
   };
@@ -91,16 +107,53 @@ namespace {
 
 std::string attrs(const Node& n) {
   if (n.op == Op::Constant) return n.value.is_int ? fmt::format(" {}", n.value.i) : fmt::format(" {}", n.value.f);
-  if (n.op == Op::Permute) return fmt::format(" order=[{}]", fmt::join(n.axes, ", "));
-  if (n.op == Op::Slice) return fmt::format(" start_step=[{}]", fmt::join(n.axes, ", "));
-  if (n.op == Op::Iota || n.op == Op::Cat || n.op == Op::Gather || n.op == Op::ScatterAdd)
-    return fmt::format(" axis={}", n.axes[0]);
-  if (n.op == Op::Pad) return fmt::format(" before_after=[{}]", fmt::join(n.axes, ", "));
-  if (is_reduction(n.op)) return fmt::format(" axes=[{}]{}", fmt::join(n.axes, ", "), n.keepdim ? " keepdim" : "");
+  switch (op_attr_kind(n.op)) {
+    case AttrKind::None: return {};
+    case AttrKind::Reduce:
+      return fmt::format(" axes=[{}]{}", fmt::join(n.reduce().axes, ", "), n.reduce().keepdim ? " keepdim" : "");
+    case AttrKind::Order: return fmt::format(" order=[{}]", fmt::join(n.order().order, ", "));
+    case AttrKind::Window: {
+      std::string s = " start_step=[";
+      for (size_t d = 0; d < n.window().dims.size(); ++d)
+        s += fmt::format("{}{}, {}", d ? ", " : "", n.window().dims[d].start, n.window().dims[d].step);
+      return s + "]";
+    }
+    case AttrKind::Widths: {
+      std::string s = " before_after=[";
+      for (size_t d = 0; d < n.widths().dims.size(); ++d)
+        s += fmt::format("{}{}, {}", d ? ", " : "", n.widths().dims[d].before, n.widths().dims[d].after);
+      return s + "]";
+    }
+    case AttrKind::Axis: return fmt::format(" axis={}", n.axis());
+  }
   return {};
 }
 
 }  // namespace
+
+void append_attrs(std::vector<int64_t>& key, const Node& n) {
+  key.push_back(static_cast<int64_t>(n.attrs.index()));
+  switch (op_attr_kind(n.op)) {
+    case AttrKind::None: return;
+    case AttrKind::Reduce:
+      key.push_back(static_cast<int64_t>(n.reduce().axes.size()) << 1 | int64_t{n.reduce().keepdim});
+      key.insert(key.end(), n.reduce().axes.begin(), n.reduce().axes.end());
+      return;
+    case AttrKind::Order:
+      key.push_back(static_cast<int64_t>(n.order().order.size()));
+      key.insert(key.end(), n.order().order.begin(), n.order().order.end());
+      return;
+    case AttrKind::Window:
+      key.push_back(static_cast<int64_t>(n.window().dims.size()));
+      for (const SliceDim& d : n.window().dims) key.insert(key.end(), {d.start, d.step});
+      return;
+    case AttrKind::Widths:
+      key.push_back(static_cast<int64_t>(n.widths().dims.size()));
+      for (const PadWidth& w : n.widths().dims) key.insert(key.end(), {w.before, w.after});
+      return;
+    case AttrKind::Axis: key.push_back(n.axis()); return;
+  }
+}
 
 std::string to_string(const std::vector<NodePtr>& roots) {
   std::vector<Node*> order = topo_order(roots);

@@ -9,7 +9,8 @@
 //     explicit Expand nodes) and, except Where's condition and Cast's input,
 //     of one dtype;
 //   - arithmetic never runs on f16/bf16: builders cast to f32 and back;
-//   - reduction axes are sorted, unique and in range.
+//   - reduction axes are sorted, unique and in range;
+//   - `attrs` holds the alternative the op's AttrKind names.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "runtime/dtype.h"
@@ -46,93 +48,99 @@ enum Trait : uint32_t {
   kNoGrad = 1u << 5,
 };
 
-// X(name, category, traits, one-line meaning). The one list of node kinds.
-// Traits (above): F float-only, T transcendental, I int form, B bool form,
-// R bool result, G no gradient.
-#define TESSEL_IR_NODE_KINDS(X)                                                                        \
-  /* leaves */                                                                                         \
-  X(Input, Leaf, kNoTraits, "a realized buffer: storage + offset + strides")                           \
-  X(Constant, Leaf, kNoTraits, "one scalar value splatted over the node's shape")                      \
-  /* elementwise, one arg */                                                                           \
-  X(Neg, Unary, kIntForm, "-x")                                                                        \
-  X(Abs, Unary, kIntForm | kBoolForm, "|x|")                                                           \
-  X(Exp, Unary, kFloatOnly | kTranscendental, "e^x")                                                   \
-  X(Log, Unary, kFloatOnly | kTranscendental, "natural log")                                           \
-  X(Sqrt, Unary, kFloatOnly, "square root")                                                            \
-  X(Tanh, Unary, kFloatOnly | kTranscendental, "hyperbolic tangent")                                   \
-  X(Sigmoid, Unary, kFloatOnly | kTranscendental, "1 / (1 + e^-x)")                                    \
-  X(Relu, Unary, kIntForm | kBoolForm, "max(x, 0)")                                                    \
-  X(Sin, Unary, kFloatOnly | kTranscendental, "sine")                                                  \
-  X(Cos, Unary, kFloatOnly | kTranscendental, "cosine")                                                \
-  X(Erf, Unary, kFloatOnly | kTranscendental, "error function")                                        \
-  X(Log1p, Unary, kFloatOnly | kTranscendental, "log(1 + x), accurate near 0")                         \
-  X(Expm1, Unary, kFloatOnly | kTranscendental, "e^x - 1, accurate near 0")                            \
-  X(Rsqrt, Unary, kFloatOnly, "1 / sqrt(x)")                                                           \
-  X(Reciprocal, Unary, kFloatOnly, "1 / x")                                                            \
-  X(Sign, Unary, kIntForm | kBoolForm, "-1, 0 or 1; 0 for NaN, as torch.sign")                         \
-  X(Floor, Unary, kIntForm | kBoolForm, "round down (integers unchanged)")                             \
-  X(Ceil, Unary, kIntForm | kBoolForm, "round up (integers unchanged)")                                \
-  X(Round, Unary, kIntForm | kBoolForm, "round half to even, as torch.round (integers unchanged)")     \
-  X(IsNan, Unary, kBoolResult | kNoGrad, "x is NaN -> bool (of floats; integers never are)")           \
-  X(IsInf, Unary, kBoolResult | kNoGrad, "x is +-inf -> bool (of floats; integers never are)")         \
-  X(Not, Unary, kIntForm | kBoolForm | kBoolResult | kNoGrad, "logical not (bool)")                    \
-  X(Cast, Unary, kIntForm | kBoolForm, "convert to the node's dtype")                                  \
-  /* elementwise, two args */                                                                          \
-  X(Add, Binary, kIntForm | kBoolForm, "a + b")                                                        \
-  X(Sub, Binary, kIntForm, "a - b")                                                                    \
-  X(Mul, Binary, kIntForm | kBoolForm, "a * b")                                                        \
-  X(Div, Binary, kFloatOnly, "a / b (true division: float result)")                                    \
-  X(Pow, Binary, kTranscendental, "a ^ b")                                                             \
-  X(Maximum, Binary, kIntForm | kBoolForm, "elementwise max (NaN-propagating)")                        \
-  X(Minimum, Binary, kIntForm | kBoolForm, "elementwise min (NaN-propagating)")                        \
-  X(Eq, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a == b -> bool")                       \
-  X(Ne, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a != b -> bool")                       \
-  X(Lt, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a < b -> bool")                        \
-  X(Le, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a <= b -> bool")                       \
-  X(Gt, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a > b -> bool")                        \
-  X(Ge, Compare, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a >= b -> bool")                       \
-  X(And, Binary, kIntForm | kBoolForm, "logical and (bool)")                                           \
-  X(Or, Binary, kIntForm | kBoolForm, "logical or (bool)")                                             \
-  /* elementwise, three args */                                                                        \
-  X(Where, Ternary, kIntForm | kBoolForm, "cond ? a : b")                                              \
-  /* reductions over `axes` (keepdim keeps them as size 1) */                                          \
-  X(Sum, Reduce, kNoTraits, "sum; bool/int inputs give i64")                                           \
-  X(Mean, Reduce, kFloatOnly, "arithmetic mean (floating only)")                                       \
-  X(Max, Reduce, kNoTraits, "maximum")                                                                 \
-  X(Min, Reduce, kNoTraits, "minimum")                                                                 \
-  X(ArgMax, Reduce, kNoGrad, "index of the first maximum along one axis -> i64")                       \
-  /* movement: a new view of the same elements */                                                      \
-  X(Reshape, Movement, kNoTraits, "same elements, row-major, new shape")                               \
-  X(Permute, Movement, kNoTraits, "reorder axes by `axes` (output axis i = input axis axes[i])")       \
-  X(Expand, Movement, kNoTraits, "broadcast size-1 axes to the node's shape")                          \
-  X(Slice, Movement, kNoTraits, "strided window: axes = [start0, step0, start1, step1, ...]")          \
-  /* indexed: elementwise over the node's shape, reading args at computed positions */              \
-  /* (loads with coordinates and predicates in the kernel IR) */                                      \
-  X(Iota, Indexed, kIntForm | kNoGrad, "each element's index along axes[0] of the node's shape, i64")  \
-  X(Pad, Indexed, kIntForm | kBoolForm, "args[0] inside, args[1] (a scalar) outside: axes = [before0, after0, ...]") \
-  X(Cat, Indexed, kIntForm | kBoolForm, "args side by side along axes[0]")                             \
-  X(Gather, Indexed, kIntForm | kBoolForm, "args[0] at args[1]'s values along axes[0] (torch.gather)") \
-  /* scatter: accumulates into positions it reads from an index (run by ref, in order) */            \
-  X(ScatterAdd, Scatter, kIntForm | kBoolForm, "zeros plus args[0] added at args[1]'s values along axes[0]") \
-  /* contraction */                                                                                    \
-  X(MatMul, Contraction, kNoTraits, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")
+// X(name, category, attributes, traits, one-line meaning). The one list of
+// node kinds. Attributes: which member of Node::attrs the op carries (AttrKind
+// below). Traits: the Trait bits above.
+#define TESSEL_IR_NODE_KINDS(X)                                                                                        \
+  /* leaves */                                                                                                         \
+  X(Input, Leaf, None, kNoTraits, "a realized buffer: storage + offset + strides")                                     \
+  X(Constant, Leaf, None, kNoTraits, "one scalar value splatted over the node's shape")                                \
+  /* elementwise, one arg */                                                                                           \
+  X(Neg, Unary, None, kIntForm, "-x")                                                                                  \
+  X(Abs, Unary, None, kIntForm | kBoolForm, "|x|")                                                                     \
+  X(Exp, Unary, None, kFloatOnly | kTranscendental, "e^x")                                                             \
+  X(Log, Unary, None, kFloatOnly | kTranscendental, "natural log")                                                     \
+  X(Sqrt, Unary, None, kFloatOnly, "square root")                                                                      \
+  X(Tanh, Unary, None, kFloatOnly | kTranscendental, "hyperbolic tangent")                                             \
+  X(Sigmoid, Unary, None, kFloatOnly | kTranscendental, "1 / (1 + e^-x)")                                              \
+  X(Relu, Unary, None, kIntForm | kBoolForm, "max(x, 0)")                                                              \
+  X(Sin, Unary, None, kFloatOnly | kTranscendental, "sine")                                                            \
+  X(Cos, Unary, None, kFloatOnly | kTranscendental, "cosine")                                                          \
+  X(Erf, Unary, None, kFloatOnly | kTranscendental, "error function")                                                  \
+  X(Log1p, Unary, None, kFloatOnly | kTranscendental, "log(1 + x), accurate near 0")                                   \
+  X(Expm1, Unary, None, kFloatOnly | kTranscendental, "e^x - 1, accurate near 0")                                      \
+  X(Rsqrt, Unary, None, kFloatOnly, "1 / sqrt(x)")                                                                     \
+  X(Reciprocal, Unary, None, kFloatOnly, "1 / x")                                                                      \
+  X(Sign, Unary, None, kIntForm | kBoolForm, "-1, 0 or 1; 0 for NaN, as torch.sign")                                   \
+  X(Floor, Unary, None, kIntForm | kBoolForm, "round down (integers unchanged)")                                       \
+  X(Ceil, Unary, None, kIntForm | kBoolForm, "round up (integers unchanged)")                                          \
+  X(Round, Unary, None, kIntForm | kBoolForm, "round half to even, as torch.round (integers unchanged)")               \
+  X(IsNan, Unary, None, kBoolResult | kNoGrad, "x is NaN -> bool (of floats; integers never are)")                     \
+  X(IsInf, Unary, None, kBoolResult | kNoGrad, "x is +-inf -> bool (of floats; integers never are)")                   \
+  X(Not, Unary, None, kIntForm | kBoolForm | kBoolResult | kNoGrad, "logical not (bool)")                              \
+  X(Cast, Unary, None, kIntForm | kBoolForm, "convert to the node's dtype")                                            \
+  /* elementwise, two args */                                                                                          \
+  X(Add, Binary, None, kIntForm | kBoolForm, "a + b")                                                                  \
+  X(Sub, Binary, None, kIntForm, "a - b")                                                                              \
+  X(Mul, Binary, None, kIntForm | kBoolForm, "a * b")                                                                  \
+  X(Div, Binary, None, kFloatOnly, "a / b (true division: float result)")                                              \
+  X(Pow, Binary, None, kTranscendental, "a ^ b")                                                                       \
+  X(Maximum, Binary, None, kIntForm | kBoolForm, "elementwise max (NaN-propagating)")                                  \
+  X(Minimum, Binary, None, kIntForm | kBoolForm, "elementwise min (NaN-propagating)")                                  \
+  X(Eq, Compare, None, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a == b -> bool")                                 \
+  X(Ne, Compare, None, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a != b -> bool")                                 \
+  X(Lt, Compare, None, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a < b -> bool")                                  \
+  X(Le, Compare, None, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a <= b -> bool")                                 \
+  X(Gt, Compare, None, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a > b -> bool")                                  \
+  X(Ge, Compare, None, kIntForm | kBoolForm | kBoolResult | kNoGrad, "a >= b -> bool")                                 \
+  X(And, Binary, None, kIntForm | kBoolForm, "logical and (bool)")                                                     \
+  X(Or, Binary, None, kIntForm | kBoolForm, "logical or (bool)")                                                       \
+  /* elementwise, three args */                                                                                        \
+  X(Where, Ternary, None, kIntForm | kBoolForm, "cond ? a : b")                                                        \
+  /* reductions over their axes (keepdim keeps them as size 1) */                                                      \
+  X(Sum, Reduce, Reduce, kNoTraits, "sum; bool/int inputs give i64")                                                   \
+  X(Mean, Reduce, Reduce, kFloatOnly, "arithmetic mean (floating only)")                                               \
+  X(Max, Reduce, Reduce, kNoTraits, "maximum")                                                                         \
+  X(Min, Reduce, Reduce, kNoTraits, "minimum")                                                                         \
+  X(Prod, Reduce, Reduce, kNoTraits, "product; bool/int inputs give i64, an empty one is 1")                           \
+  X(ArgMax, Reduce, Reduce, kNoGrad, "index of the first maximum along one axis -> i64")                               \
+  /* movement: a new view of the same elements */                                                                      \
+  X(Reshape, Movement, None, kNoTraits, "same elements, row-major, new shape")                                         \
+  X(Permute, Movement, Order, kNoTraits, "reorder dims: output dim i = input dim order[i]")                            \
+  X(Expand, Movement, None, kNoTraits, "broadcast size-1 axes to the node's shape")                                    \
+  X(Slice, Movement, Window, kNoTraits, "strided window: per dim a start and a step")                                  \
+  /* indexed: elementwise over the node's shape, reading args at computed positions */                                 \
+  /* (loads with coordinates and predicates in the kernel IR) */                                                       \
+  X(Iota, Indexed, Axis, kIntForm | kNoGrad, "each element's index along `axis` of the node's shape, i64")             \
+  X(Pad, Indexed, Widths, kIntForm | kBoolForm, "args[0] inside, args[1] (a scalar) outside: per dim widths before and after") \
+  X(Cat, Indexed, Axis, kIntForm | kBoolForm, "args side by side along `axis`")                                        \
+  X(Gather, Indexed, Axis, kIntForm | kBoolForm, "args[0] at args[1]'s values along `axis` (torch.gather)")            \
+  /* scatter: accumulates into positions it reads from an index (run by ref, in order) */                              \
+  X(ScatterAdd, Scatter, Axis, kIntForm | kBoolForm, "zeros plus args[0] added at args[1]'s values along `axis`")      \
+  /* contraction */                                                                                                    \
+  X(MatMul, Contraction, None, kNoTraits, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")
 
 enum class Op : uint8_t {
-#define TESSEL_X(name, cat, traits, doc) name,
+#define TESSEL_X(name, cat, attrs, traits, doc) name,
   TESSEL_IR_NODE_KINDS(TESSEL_X)
 #undef TESSEL_X
 };
 
 /// How many node kinds there are: Op values are 0 .. kNumOps - 1.
 inline constexpr int kNumOps = 0
-#define TESSEL_X(name, cat, traits, doc) +1
+#define TESSEL_X(name, cat, attrs, traits, doc) +1
     TESSEL_IR_NODE_KINDS(TESSEL_X);
 #undef TESSEL_X
 
 enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Indexed, Scatter, Contraction };
 
+/// Which attribute struct a node kind carries in Node::attrs (the table's third column).
+enum class AttrKind : uint8_t { None, Reduce, Order, Window, Widths, Axis };
+
 std::string_view op_name(Op op);   // "add", "matmul"
 Category op_category(Op op);
+/// The attribute column of the op's row.
+AttrKind op_attr_kind(Op op);
 /// The op's traits column (a set of Trait bits).
 uint32_t op_traits(Op op);
 inline bool has_trait(Op op, Trait t) { return (op_traits(op) & t) != 0; }
@@ -163,7 +171,7 @@ inline bool is_pointwise(Op op) { return is_elementwise(op) || op_category(op) =
 #define TESSEL_IR_CASE_UNLESS_Elementwise_Contraction TESSEL_IR_CASE_LABEL
 #define TESSEL_IR_CASE_UNLESS_Elementwise_Indexed TESSEL_IR_CASE_LABEL
 #define TESSEL_IR_CASE_UNLESS_Elementwise_Scatter TESSEL_IR_CASE_LABEL
-#define TESSEL_IR_CASE_NOT_ELEMENTWISE(name, cat, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Elementwise)
+#define TESSEL_IR_CASE_NOT_ELEMENTWISE(name, cat, attrs, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Elementwise)
 #define TESSEL_IR_CASES_NOT_ELEMENTWISE TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_ELEMENTWISE)
 // Not movement.
 #define TESSEL_IR_CASE_UNLESS_Movement_Leaf TESSEL_IR_CASE_LABEL
@@ -176,7 +184,7 @@ inline bool is_pointwise(Op op) { return is_elementwise(op) || op_category(op) =
 #define TESSEL_IR_CASE_UNLESS_Movement_Contraction TESSEL_IR_CASE_LABEL
 #define TESSEL_IR_CASE_UNLESS_Movement_Indexed TESSEL_IR_CASE_LABEL
 #define TESSEL_IR_CASE_UNLESS_Movement_Scatter TESSEL_IR_CASE_LABEL
-#define TESSEL_IR_CASE_NOT_MOVEMENT(name, cat, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Movement)
+#define TESSEL_IR_CASE_NOT_MOVEMENT(name, cat, attrs, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Movement)
 #define TESSEL_IR_CASES_NOT_MOVEMENT TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_MOVEMENT)
 // Not reductions.
 #define TESSEL_IR_CASE_UNLESS_Reduce_Leaf TESSEL_IR_CASE_LABEL
@@ -189,7 +197,7 @@ inline bool is_pointwise(Op op) { return is_elementwise(op) || op_category(op) =
 #define TESSEL_IR_CASE_UNLESS_Reduce_Contraction TESSEL_IR_CASE_LABEL
 #define TESSEL_IR_CASE_UNLESS_Reduce_Indexed TESSEL_IR_CASE_LABEL
 #define TESSEL_IR_CASE_UNLESS_Reduce_Scatter TESSEL_IR_CASE_LABEL
-#define TESSEL_IR_CASE_NOT_REDUCE(name, cat, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Reduce)
+#define TESSEL_IR_CASE_NOT_REDUCE(name, cat, attrs, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Reduce)
 #define TESSEL_IR_CASES_NOT_REDUCE TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_REDUCE)
 // Not indexed.
 #define TESSEL_IR_CASE_UNLESS_Indexed_Leaf TESSEL_IR_CASE_LABEL
@@ -202,7 +210,7 @@ inline bool is_pointwise(Op op) { return is_elementwise(op) || op_category(op) =
 #define TESSEL_IR_CASE_UNLESS_Indexed_Indexed TESSEL_IR_CASE_NONE
 #define TESSEL_IR_CASE_UNLESS_Indexed_Scatter TESSEL_IR_CASE_LABEL
 #define TESSEL_IR_CASE_UNLESS_Indexed_Contraction TESSEL_IR_CASE_LABEL
-#define TESSEL_IR_CASE_NOT_INDEXED(name, cat, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Indexed)
+#define TESSEL_IR_CASE_NOT_INDEXED(name, cat, attrs, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Indexed)
 #define TESSEL_IR_CASES_NOT_INDEXED TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_INDEXED)
 
 /// A realized strided view of memory: what an Input holds and what a
@@ -228,6 +236,51 @@ struct ScalarValue {
   double as_double() const { return is_int ? static_cast<double>(i) : f; }
 };
 
+// Typed attributes, one struct per AttrKind: a reduction's axes, a
+// permutation, a slice's window, a pad's widths and an indexed op's axis are
+// different things and no longer share one vector of integers.
+struct NoAttrs {
+  bool operator==(const NoAttrs&) const = default;
+};
+/// Reductions: the reduced axes (sorted, unique, in range) and whether they stay as size 1.
+struct ReduceAttrs {
+  std::vector<int64_t> axes;
+  bool keepdim = false;
+  bool operator==(const ReduceAttrs&) const = default;
+};
+/// Permute: output dim i is input dim order[i] (a permutation of 0 .. rank-1).
+struct OrderAttrs {
+  std::vector<int64_t> order;
+  bool operator==(const OrderAttrs&) const = default;
+};
+/// Slice: output index j of dim d reads input index start + j * step (step >= 1).
+struct SliceDim {
+  int64_t start = 0;
+  int64_t step = 1;
+  bool operator==(const SliceDim&) const = default;
+};
+struct WindowAttrs {
+  std::vector<SliceDim> dims;  // one per dim of the input
+  bool operator==(const WindowAttrs&) const = default;
+};
+/// Pad: elements added before and after a dim (negative widths crop).
+struct PadWidth {
+  int64_t before = 0;
+  int64_t after = 0;
+  bool operator==(const PadWidth&) const = default;
+};
+struct WidthsAttrs {
+  std::vector<PadWidth> dims;  // one per dim of the input
+  bool operator==(const WidthsAttrs&) const = default;
+};
+/// Iota, Cat, Gather, ScatterAdd: the one axis they index along.
+struct AxisAttrs {
+  int64_t axis = 0;
+  bool operator==(const AxisAttrs&) const = default;
+};
+/// Alternatives in AttrKind order.
+using Attrs = std::variant<NoAttrs, ReduceAttrs, OrderAttrs, WindowAttrs, WidthsAttrs, AxisAttrs>;
+
 struct Node;
 using NodePtr = std::shared_ptr<Node>;
 
@@ -237,12 +290,16 @@ struct Node {
   Shape shape;
   std::vector<NodePtr> args;
 
-  // Attributes; which ones mean something depends on `op`.
-  ScalarValue value;           // Constant
-  std::vector<int64_t> axes;   // Reduce: reduced axes; Permute: order; Slice: start/step pairs;
-                               // Iota, Cat, Gather, ScatterAdd: the axis; Pad: before/after
-                               // pairs (its fill is args[1], a scalar constant)
-  bool keepdim = false;        // Reduce
+  ScalarValue value;  // Constant's value
+  // The op's attributes: the alternative op_attr_kind(op) names (a pad's
+  // fill is args[1], a scalar constant). Read them through the accessors,
+  // which name the op when it carries another kind.
+  Attrs attrs;
+  const ReduceAttrs& reduce() const { return attr<ReduceAttrs>("reduction"); }
+  const OrderAttrs& order() const { return attr<OrderAttrs>("permutation"); }
+  const WindowAttrs& window() const { return attr<WindowAttrs>("slice window"); }
+  const WidthsAttrs& widths() const { return attr<WidthsAttrs>("pad widths"); }
+  int64_t axis() const { return attr<AxisAttrs>("axis").axis; }
 
   // Autograd: true when a gradient flows to some leaf below.
   bool requires_grad = false;
@@ -277,6 +334,13 @@ struct Node {
   // Frees a long chain of nodes only this one holds without recursing once
   // per node (a 100,000-op chain would overflow the stack).
   ~Node();
+
+ private:
+  template <class A> const A& attr(const char* what) const {
+    if (const A* a = std::get_if<A>(&attrs)) return *a;
+    throw_wrong_attrs(what);
+  }
+  [[noreturn]] void throw_wrong_attrs(const char* what) const;
 };
 
 /// Pending depth past which the DSL realizes a value (Tensor ops, in-place writes).
@@ -289,6 +353,9 @@ std::string to_string(const NodePtr& root);
 std::string to_string(const std::vector<NodePtr>& roots);
 /// 64-bit hash of the canonical text.
 uint64_t structural_hash(const std::vector<NodePtr>& roots);
+/// Appends n's attributes to a structural key, unambiguously (the kind,
+/// each list's length, then its values).
+void append_attrs(std::vector<int64_t>& key, const Node& n);
 
 /// Nodes below `roots` in post-order (args before users), each once; the walk
 /// stops at realized nodes.

@@ -7,6 +7,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "codegen/movement.h"
 #include "runtime/errors.h"
 
 namespace tessel::lower {
@@ -19,15 +20,6 @@ using kir::Stmt;
 using kir::StmtKind;
 
 namespace {
-
-bool is_contiguous(const Shape& s, const Strides& st) {
-  int64_t expect = 1;
-  for (size_t i = s.dims.size(); i-- > 0;) {
-    if (s.dims[i] != 1 && st[i] != expect) return false;
-    expect *= s.dims[i];
-  }
-  return true;
-}
 
 // Domain index -> node index, per node dim: idx = o + c * domain[d] (d < 0:
 // just o), plus sc * (the i64 statement s) when s >= 0 -- an index read from
@@ -170,7 +162,7 @@ struct Builder {
   // A keepdim stage read through broadcasts: every kept axis at the row's
   // index, every reduced axis at 0 -- anything else is not "the row's value".
   int stage_ref(Node* n, const Map& m, size_t i) {
-    bool ok = i < visible && n->keepdim && m.size() == row_map.size();
+    bool ok = i < visible && n->reduce().keepdim && m.size() == row_map.size();
     for (size_t j = 0; ok && j < m.size(); ++j) {
       bool red = std::find(red_axes.begin(), red_axes.end(), static_cast<int64_t>(j)) != red_axes.end();
       bool at_zero = m[j].d < 0 && m[j].o == 0;
@@ -211,9 +203,11 @@ struct Builder {
       Node* x = n->args[0].get();
       Map in(x->shape.dims.size());
       switch (n->op) {
-        case Op::Permute:
-          for (size_t i = 0; i < n->axes.size(); ++i) in[static_cast<size_t>(n->axes[i])] = m[i];
+        case Op::Permute: {
+          const std::vector<int64_t>& order = n->order().order;
+          for (size_t i = 0; i < order.size(); ++i) in[static_cast<size_t>(order[i])] = m[i];
           break;
+        }
         case Op::Expand: {
           size_t lead = n->shape.dims.size() - x->shape.dims.size();
           for (size_t i = 0; i < in.size(); ++i) in[i] = x->shape.dims[i] == 1 ? Term{} : m[lead + i];
@@ -221,7 +215,7 @@ struct Builder {
         }
         case Op::Slice:
           for (size_t i = 0; i < in.size(); ++i) {
-            int64_t start = n->axes[2 * i], step = n->axes[2 * i + 1];
+            const auto [start, step] = n->window().dims[i];
             in[i] = {m[i].d, m[i].c * step, start + step * m[i].o, m[i].s, m[i].sc * step};
           }
           break;
@@ -249,7 +243,7 @@ struct Builder {
   // predicated parts (a 5x5 window would test 25 predicates per element).
   // -1 when the parts are anything else.
   int strided_stack(Node* n, const Map& m) {
-    const size_t ax = static_cast<size_t>(n->axes[0]);
+    const size_t ax = static_cast<size_t>(n->axis());
     if (n->args.size() < 2) return -1;
     std::vector<BufferView> views;
     views.reserve(n->args.size());
@@ -276,13 +270,13 @@ struct Builder {
   // Iota, Pad, Cat at the element `m` maps the domain to.
   int visit_indexed(Node* n, const Map& m) {
     switch (n->op) {
-      case Op::Iota: return coord(m[static_cast<size_t>(n->axes[0])]);
+      case Op::Iota: return coord(m[static_cast<size_t>(n->axis())]);
       case Op::Pad: {
         Node* x = n->args[0].get();
         Map in(m.size());
         int inside = -1;
         for (size_t j = 0; j < m.size(); ++j) {
-          const int64_t before = n->axes[2 * j], after = n->axes[2 * j + 1];
+          const auto [before, after] = n->widths().dims[j];
           in[j] = {m[j].d, m[j].c, m[j].o - before, m[j].s, m[j].sc};
           if (before > 0 || after > 0)  // (a crop only narrows what is read)
             inside = both(inside, within(in[j], before > 0, 0, after > 0, x->shape.dims[j]));
@@ -294,7 +288,7 @@ struct Builder {
       }
       case Op::Cat: {
         if (int id = strided_stack(n, m); id >= 0) return id;
-        const size_t ax = static_cast<size_t>(n->axes[0]);
+        const size_t ax = static_cast<size_t>(n->axis());
         const size_t parts = n->args.size();
         // Where(in part 0, v0, Where(in part 1, v1, ... v_last)), each part read only inside.
         std::vector<int> in_part(parts, -1), value(parts, -1);
@@ -317,7 +311,7 @@ struct Builder {
         // read only where the index is in range (the DSL checks the values;
         // this keeps a kernel inside its buffer whatever it is given).
         Node* x = n->args[0].get();
-        const size_t ax = static_cast<size_t>(n->axes[0]);
+        const size_t ax = static_cast<size_t>(n->axis());
         int at = visit(n->args[1].get(), m);
         Map in = m;
         in[ax] = Term{-1, 0, 0, at, 1};
@@ -365,38 +359,27 @@ int64_t constant_bits(const Node& n) {
 }
 
 BufferView movement_view(const Node& n, const BufferView& in, const DenseCopy& copy) {
+  if (auto v = ir::movement_view(n, in)) return *v;
+  // A reshape no strides express: a dense copy of the argument, viewed anew.
   const Node& x = *n.args[0];
-  BufferView v = in;
-  switch (n.op) {
-    case Op::Reshape:
-      if (!is_contiguous(x.shape, in.strides)) v = copy(x.dtype, x.shape, in);
-      v.strides = contiguous_strides(n.shape);
-      return v;
-    case Op::Permute:
-      for (size_t i = 0; i < n.axes.size(); ++i) v.strides[i] = in.strides[static_cast<size_t>(n.axes[i])];
-      return v;
-    case Op::Expand: {
-      size_t lead = n.shape.dims.size() - x.shape.dims.size();
-      v.strides.assign(n.shape.dims.size(), 0);
-      for (size_t i = 0; i < x.shape.dims.size(); ++i) v.strides[lead + i] = x.shape.dims[i] == 1 ? 0 : in.strides[i];
-      return v;
-    }
-    case Op::Slice:
-      for (size_t i = 0; i < v.strides.size(); ++i) {
-        v.offset += n.axes[2 * i] * in.strides[i];
-        v.strides[i] = in.strides[i] * n.axes[2 * i + 1];
-      }
-      return v;
-    TESSEL_IR_CASES_NOT_MOVEMENT break;
-  }
-  throw InternalError("movement_view: not a movement op");
+  BufferView v = copy(x.dtype, x.shape, in);
+  v.strides = contiguous_strides(n.shape);
+  return v;
 }
 
 namespace {
 
 kir::ReduceKind reduce_kind(Op op) {
-  return op == Op::Sum ? kir::ReduceKind::Sum : op == Op::Mean ? kir::ReduceKind::Mean
-       : op == Op::Max ? kir::ReduceKind::Max : kir::ReduceKind::Min;
+  switch (op) {
+    case Op::Sum: return kir::ReduceKind::Sum;
+    case Op::Mean: return kir::ReduceKind::Mean;
+    case Op::Max: return kir::ReduceKind::Max;
+    case Op::Min: return kir::ReduceKind::Min;
+    case Op::Prod: return kir::ReduceKind::Prod;
+    case Op::ArgMax: break;  // runs on ref (sched::reduce_supports)
+    TESSEL_IR_CASES_NOT_REDUCE break;
+  }
+  throw InternalError(fmt::format("lower_to_kernel_ir: {} has no kernel reduction", ir::op_name(op)));
 }
 
 // A reduction's epilogue: the accumulator (over the count for a mean) in the node's dtype.
@@ -455,7 +438,7 @@ Lowered lower_to_kernel_ir(Node& root, const ValueOf& value_of, const DenseCopy&
   B.L.buffers.push_back(out);
   if (ir::is_reduction(root.op)) {
     Node* x = root.args[0].get();
-    RowDomain dom(*x, root.axes);
+    RowDomain dom(*x, root.reduce().axes);
     B.R = dom.rank();
     k.reduce_rank = static_cast<int>(dom.Rd);
     k.reduce = reduce_kind(root.op);
@@ -486,11 +469,11 @@ Lowered lower_row_program(Node& root, const std::vector<Node*>& stages, const st
   k.params.push_back({root.dtype, true});
   B.L.buffers.push_back(out);
   Node* x0 = stages[0]->args[0].get();
-  RowDomain dom(*x0, stages[0]->axes);
+  RowDomain dom(*x0, stages[0]->reduce().axes);
   B.R = dom.rank();
   B.stages = stages;
   B.row_map = dom.map;
-  B.red_axes = stages[0]->axes;
+  B.red_axes = stages[0]->reduce().axes;
   k.reduce_rank = static_cast<int>(dom.Rd);
   std::vector<int64_t> stage_stores;
   k.stages.resize(stages.size());
@@ -508,7 +491,7 @@ Lowered lower_row_program(Node& root, const std::vector<Node*>& stages, const st
   for (size_t i = 0; i < stages.size(); ++i) {
     Node* r = stages[i];
     Node* x = r->args[0].get();
-    TESSEL_ASSERT("lower_row_program", x->shape == x0->shape && r->axes == stages[0]->axes);  // one row domain
+    TESSEL_ASSERT("lower_row_program", x->shape == x0->shape && r->reduce().axes == stages[0]->reduce().axes);  // one row domain
     kir::Stage& g = k.stages[i];
     g.reduce = reduce_kind(r->op);
     g.acc_dtype = is_floating(x->dtype) ? DType::f64 : DType::i64;
@@ -519,7 +502,7 @@ Lowered lower_row_program(Node& root, const std::vector<Node*>& stages, const st
   B.begin(&k.body, stages.size());
   if (ir::is_reduction(root.op)) {
     Node* x = root.args[0].get();
-    TESSEL_ASSERT("lower_row_program", x->shape == x0->shape && root.axes == stages[0]->axes);
+    TESSEL_ASSERT("lower_row_program", x->shape == x0->shape && root.reduce().axes == stages[0]->reduce().axes);
     k.reduce = reduce_kind(root.op);
     k.acc_dtype = is_floating(x->dtype) ? DType::f64 : DType::i64;
     k.value = B.visit(x, dom.map);
@@ -548,7 +531,7 @@ Lowered lower_copy(DType t, const Shape& s, const BufferView& in, const BufferVi
   id->dtype = t;
   id->shape = s;
   id->args = {in_node};
-  for (size_t i = 0; i < s.dims.size(); ++i) id->axes.insert(id->axes.end(), {0, 1});
+  id->attrs = ir::WindowAttrs{std::vector<ir::SliceDim>(s.dims.size())};
   ValueOf vo = [](Node* n) -> std::optional<BufferView> {
     if (n->realized()) return *n->buffer;
     return std::nullopt;

@@ -46,8 +46,8 @@ int64_t constant_bits(const ir::Node& n);
 /// A kernel copying a strided view into dense `out`.
 Lowered lower_copy(DType t, const Shape& s, const ir::BufferView& in, const ir::BufferView& out);
 
-/// The view a movement node gives over its argument's view (ref semantics:
-/// a reshape of a non-contiguous view is a dense copy).
+/// The view a movement node gives over its argument's view (ir::movement_view;
+/// a reshape no strides can express is a dense copy made by `copy`).
 ir::BufferView movement_view(const ir::Node& n, const ir::BufferView& in, const DenseCopy& copy);
 
 /// Merges adjacent domain dims every slot walks contiguously (within the kept

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "runtime/kernel_cache.h"
+#include "runtime/trace.h"
 
 namespace tessel::sched {
 
@@ -103,6 +103,9 @@ Node* epilogue_source(const Schedule& S, Node* e, const std::unordered_map<Node*
       if (r.get() == m) return false;
     return true;
   };
+  // A root that reads at computed positions (flip's gather, a pad) would read
+  // the product where the epilogue is writing over it.
+  if (!ir::is_elementwise(e->op)) return nullptr;
   std::vector<Node*> stack{e};
   while (!stack.empty()) {
     Node* n = stack.back();
@@ -194,8 +197,8 @@ struct RowGrouper {
     return (ir::is_elementwise(y->op) && kernel_supports(*y)) || (y->op == Op::Expand && mode == Plain);
   }
   bool stage_candidate(Node* r) const {
-    return ir::is_reduction(r->op) && reduce_supports(*r) && r->keepdim && !taken.count(r) && !banned.count(r) &&
-           r->args[0]->shape == shape && (!axes_known || r->axes == axes);
+    return ir::is_reduction(r->op) && reduce_supports(*r) && r->reduce().keepdim && !taken.count(r) && !banned.count(r) &&
+           r->args[0]->shape == shape && (!axes_known || r->reduce().axes == axes);
   }
   void visit(Node* x, Mode mode) {
     if (x->realized() || x->op == Op::Constant) return;
@@ -209,7 +212,7 @@ struct RowGrouper {
         return;
       }
       if (!axes_known) {
-        axes = x->axes;
+        axes = x->reduce().axes;
         axes_known = true;
       }
       if (stage_set.insert(x).second) {
@@ -235,7 +238,7 @@ struct RowGrouper {
     if (ir::is_reduction(F->op)) {
       if (!reduce_supports(*F)) return g;
       shape = F->args[0]->shape;
-      axes = F->axes;
+      axes = F->reduce().axes;
       axes_known = true;
     } else if (ir::is_elementwise(F->op) && kernel_supports(*F)) {
       shape = F->shape;

@@ -10,6 +10,7 @@
 #include "codegen/autodiff.h"
 #include "codegen/backend.h"
 #include "codegen/builders.h"
+#include "codegen/movement.h"
 #include "dsl/deferred_expr.h"
 #include "dsl/lazy_registry.h"
 
@@ -27,38 +28,6 @@ bool can_cast(DType from, DType to) {
   if (is_floating(from) && !is_floating(to)) return false;
   if (from != DType::b8 && to == DType::b8) return false;
   return true;
-}
-
-// Strides that view memory laid out as (shape, strides) with `target`'s shape
-// in row-major order, if any exist without a copy (ATen's computeStride):
-// every run of dims that are contiguous with each other may be split or merged.
-std::optional<Strides> view_strides(const Shape& shape, const Strides& strides, const Shape& target) {
-  const auto& od = shape.dims;
-  const auto& nd = target.dims;
-  if (od.empty()) return Strides(nd.size(), 1);
-  if (shape.numel() == 0) return contiguous_strides(target);
-  Strides out(nd.size(), 0);
-  int64_t view_d = static_cast<int64_t>(nd.size()) - 1;
-  int64_t chunk_base = strides.back(), tensor_numel = 1, view_numel = 1;
-  for (int64_t d = static_cast<int64_t>(od.size()) - 1; d >= 0; --d) {
-    size_t u = static_cast<size_t>(d);
-    tensor_numel *= od[u];
-    if (d == 0 || (od[u - 1] != 1 && strides[u - 1] != tensor_numel * chunk_base)) {
-      while (view_d >= 0 && (view_numel < tensor_numel || nd[static_cast<size_t>(view_d)] == 1)) {
-        out[static_cast<size_t>(view_d)] = view_numel * chunk_base;
-        view_numel *= nd[static_cast<size_t>(view_d)];
-        --view_d;
-      }
-      if (view_numel != tensor_numel) return std::nullopt;
-      if (d > 0) {
-        chunk_base = strides[u - 1];
-        tensor_numel = 1;
-        view_numel = 1;
-      }
-    }
-  }
-  if (view_d != -1) return std::nullopt;
-  return out;
 }
 
 Tensor view_of(const Tensor& t, ir::BufferView v, Shape s) {
@@ -156,40 +125,6 @@ namespace {
 
 bool is_movement(const ir::Node& n) { return ir::op_category(n.op) == ir::Category::Movement; }
 
-// The strides (and offset shift) a movement node gives the memory `in` of
-// its argument; nullopt for a reshape that no strides can express (that
-// reshape is a copy).
-std::optional<ir::BufferView> apply_movement(const ir::Node& n, const ir::BufferView& in) {
-  const ir::Node& x = *n.args[0];
-  ir::BufferView v = in;
-  switch (n.op) {
-    case ir::Op::Permute:
-      for (size_t i = 0; i < n.axes.size(); ++i) v.strides[i] = in.strides[static_cast<size_t>(n.axes[i])];
-      return v;
-    case ir::Op::Expand: {
-      size_t lead = n.shape.dims.size() - x.shape.dims.size();
-      v.strides.assign(n.shape.dims.size(), 0);
-      for (size_t i = 0; i < x.shape.dims.size(); ++i)
-        v.strides[lead + i] = x.shape.dims[i] == 1 ? 0 : in.strides[i];
-      return v;
-    }
-    case ir::Op::Slice:
-      for (size_t i = 0; i < v.strides.size(); ++i) {
-        v.offset += n.axes[2 * i] * in.strides[i];
-        v.strides[i] = in.strides[i] * n.axes[2 * i + 1];
-      }
-      return v;
-    case ir::Op::Reshape: {
-      auto st = view_strides(x.shape, in.strides, n.shape);
-      if (!st) return std::nullopt;
-      v.strides = std::move(*st);
-      return v;
-    }
-    TESSEL_IR_CASES_NOT_MOVEMENT break;
-  }
-  return std::nullopt;
-}
-
 // The strides a pending node's value will have once realized, by the rules
 // realize() follows: computed values are dense, movement nodes view the
 // memory below them, and a reshape no strides can express is a dense copy.
@@ -198,7 +133,7 @@ Strides layout_of(const ir::Node& n) {
   if (!is_movement(n)) return contiguous_strides(n.shape);
   ir::BufferView in;
   in.strides = layout_of(*n.args[0]);
-  auto v = apply_movement(n, in);
+  auto v = ir::movement_view(n, in);
   return v ? v->strides : contiguous_strides(n.shape);
 }
 
@@ -262,7 +197,7 @@ void realize_all(std::span<const Tensor> ts, bool keep_grad_values = true) {
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       const ir::NodePtr& n = *it;
       if (n->realized()) continue;
-      if (auto v = apply_movement(*n, *n->args[0]->buffer)) n->buffer = std::move(*v);
+      if (auto v = ir::movement_view(*n, *n->args[0]->buffer)) n->buffer = std::move(*v);
       else backend_for(device).realize({n}, n->requires_grad);
       if (!n->requires_grad) n->args.clear();
     }
@@ -286,13 +221,7 @@ const ir::BufferView& Tensor::buffer() const {
 
 bool Tensor::is_contiguous() const {
   // As in PyTorch, the stride of a size-1 dim does not matter.
-  const auto& st = buffer().strides;
-  int64_t expect = 1;
-  for (size_t i = shape().dims.size(); i-- > 0;) {
-    if (shape().dims[i] != 1 && st[i] != expect) return numel() == 0;
-    expect *= shape().dims[i];
-  }
-  return true;
+  return ir::is_contiguous(shape(), buffer().strides);
 }
 
 template <class T>
@@ -365,7 +294,7 @@ Tensor Tensor::reshape(std::vector<int64_t> s) const {
     // transposed tensor, say), so writes through it reach this tensor.
     ir::NodePtr probe = ir::reshape(ir::constant(ir::ScalarValue::of(0), dtype(), shape()), s);  // checks + infers -1
     const ir::BufferView& b = buffer();
-    if (auto st = view_strides(shape(), b.strides, probe->shape)) {
+    if (auto st = ir::reshape_strides(shape(), b.strides, probe->shape)) {
       ir::BufferView v = b;
       v.strides = std::move(*st);
       return view_of(*this, std::move(v), probe->shape);
@@ -379,7 +308,7 @@ Tensor Tensor::view(std::vector<int64_t> s) const {
     // The layout a pending value will have is known without computing it.
     ir::NodePtr probe = ir::reshape(ir::constant(ir::ScalarValue::of(0), dtype(), shape()), s);
     Strides st = layout_of(*node());
-    if (!view_strides(shape(), st, probe->shape))
+    if (!ir::reshape_strides(shape(), st, probe->shape))
       throw ShapeError(fmt::format("view: a tensor of shape {} with strides [{}] cannot be viewed as [{}] without a "
                                    "copy; use reshape(), which copies when it must (or contiguous() first)",
                                    shape().str(), fmt::join(st, ", "), fmt::join(s, ", ")));
@@ -409,9 +338,7 @@ Tensor Tensor::permute(std::vector<int64_t> order) const {
   ir::NodePtr p = ir::permute(node(), order);
   if (p == node()) return *this;
   if (!wants_graph(*this)) {
-    ir::BufferView v = buffer();
-    for (size_t i = 0; i < p->axes.size(); ++i) v.strides[i] = buffer().strides[static_cast<size_t>(p->axes[i])];
-    return view_of(*this, std::move(v), p->shape);
+    return view_of(*this, *ir::movement_view(*p, buffer()), p->shape);
   }
   return from_node(p, device());
 }

@@ -13,6 +13,9 @@
 
 #include "codegen/backend.h"
 #include "codegen/blas/gemm.h"
+#include "codegen/ir_verifier.h"
+#include "codegen/movement.h"
+#include "codegen/verify_mode.h"
 #include "codegen/ref/strided_loop.h"
 #include "runtime/errors.h"
 
@@ -314,7 +317,8 @@ class Interpreter {
     Shape kept, red;
     Strides kept_st, red_st;
     for (int64_t d = 0; d < x.shape.rank(); ++d) {
-      bool is_red = std::find(n.axes.begin(), n.axes.end(), d) != n.axes.end();
+      const std::vector<int64_t>& axes = n.reduce().axes;
+      bool is_red = std::find(axes.begin(), axes.end(), d) != axes.end();
       (is_red ? red : kept).dims.push_back(x.shape[d]);
       (is_red ? red_st : kept_st).push_back(in.strides[static_cast<size_t>(d)]);
     }
@@ -329,7 +333,7 @@ class Interpreter {
         for (int64_t k = 0; k < len; ++k) {
           const T* base = src + off[1] + k * st[1];
           int64_t o = off[0] + k * st[0];
-          Acc acc = n.op == Op::Sum || n.op == Op::Mean ? Acc(0) : static_cast<Acc>(base[0]);
+          Acc acc = n.op == Op::Sum || n.op == Op::Mean ? Acc(0) : n.op == Op::Prod ? Acc(1) : static_cast<Acc>(base[0]);
           int64_t best = 0, pos = 0;
           StridedLoop<1> inner(red, {&red_st});
           inner.run([&](auto ioff, auto ist, int64_t ilen) {
@@ -337,6 +341,13 @@ class Interpreter {
               Acc v = static_cast<Acc>(base[ioff[0] + j * ist[0]]);
               switch (n.op) {
                 case Op::Sum: case Op::Mean: acc += v; break;
+                case Op::Prod:
+                  // Integers wrap on overflow, as torch.prod's int64 product does.
+                  if constexpr (std::is_integral_v<Acc>)
+                    acc = static_cast<Acc>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
+                  else
+                    acc *= v;
+                  break;
                 case Op::Max: if (v > acc || v != v) acc = (acc != acc) ? acc : v; break;
                 case Op::Min: if (v < acc || v != v) acc = (acc != acc) ? acc : v; break;
                 case Op::ArgMax:
@@ -354,15 +365,6 @@ class Interpreter {
       });
     });
     return out;
-  }
-
-  static bool is_contiguous(const Shape& s, const Strides& st) {
-    int64_t expect = 1;
-    for (size_t i = s.dims.size(); i-- > 0;) {
-      if (s.dims[i] != 1 && st[i] != expect) return false;
-      expect *= s.dims[i];
-    }
-    return true;
   }
 
   static BufferView copy_dense(DType dt, const Shape& s, const BufferView& in) {
@@ -383,32 +385,12 @@ class Interpreter {
   }
 
   static BufferView movement(const Node& n, const BufferView& in) {
+    if (auto v = ir::movement_view(n, in)) return *v;
+    // A reshape no strides express: a dense copy, viewed anew.
     const Node& x = *n.args[0];
-    BufferView v = in;
-    switch (n.op) {
-      case Op::Reshape:
-        if (!is_contiguous(x.shape, in.strides)) v = copy_dense(x.dtype, x.shape, in);
-        v.strides = contiguous_strides(n.shape);
-        return v;
-      case Op::Permute:
-        for (size_t i = 0; i < n.axes.size(); ++i) v.strides[i] = in.strides[static_cast<size_t>(n.axes[i])];
-        return v;
-      case Op::Expand: {
-        size_t lead = n.shape.dims.size() - x.shape.dims.size();
-        v.strides.assign(n.shape.dims.size(), 0);
-        for (size_t i = 0; i < x.shape.dims.size(); ++i)
-          v.strides[lead + i] = x.shape.dims[i] == 1 ? 0 : in.strides[i];
-        return v;
-      }
-      case Op::Slice:
-        for (size_t i = 0; i < v.strides.size(); ++i) {
-          v.offset += n.axes[2 * i] * in.strides[i];
-          v.strides[i] = in.strides[i] * n.axes[2 * i + 1];
-        }
-        return v;
-      TESSEL_IR_CASES_NOT_MOVEMENT break;
-    }
-    throw InternalError("ref interpreter: unknown movement op");
+    BufferView v = copy_dense(x.dtype, x.shape, in);
+    v.strides = contiguous_strides(n.shape);
+    return v;
   }
 
   // Iota, Pad, Cat: element by element over the output's multi-index.
@@ -425,21 +407,21 @@ class Interpreter {
       std::byte* q = o + e * static_cast<int64_t>(es);
       switch (n.op) {
         case Op::Iota: {
-          int64_t v = rank == 0 ? 0 : idx[static_cast<size_t>(n.axes[0])];
+          int64_t v = rank == 0 ? 0 : idx[static_cast<size_t>(n.axis())];
           std::memcpy(q, &v, 8);
           break;
         }
         case Op::Pad: {
           bool inside = true;
           for (size_t d = 0; d < src.size(); ++d) {
-            src[d] = idx[d] - n.axes[2 * d];
+            src[d] = idx[d] - n.widths().dims[d].before;
             inside = inside && src[d] >= 0 && src[d] < n.args[0]->shape.dims[d];
           }
           std::memcpy(q, inside ? read(0, src) : fill, es);
           break;
         }
         case Op::Cat: {
-          const size_t ax = static_cast<size_t>(n.axes[0]);
+          const size_t ax = static_cast<size_t>(n.axis());
           src = idx;
           size_t a = 0;
           while (src[ax] >= n.args[a]->shape.dims[ax]) src[ax] -= n.args[a++]->shape.dims[ax];
@@ -447,7 +429,7 @@ class Interpreter {
           break;
         }
         case Op::Gather: {
-          const size_t ax = static_cast<size_t>(n.axes[0]);
+          const size_t ax = static_cast<size_t>(n.axis());
           src = idx;
           int64_t at;
           std::memcpy(&at, read_i64(args[1], idx), 8);
@@ -480,7 +462,7 @@ class Interpreter {
   // same sums in the same order every run (no atomics).
   static BufferView scatter_add(const Node& n, const BufferView& src, const BufferView& index) {
     BufferView out = host_dense(n.dtype, n.shape);
-    const size_t ax = static_cast<size_t>(n.axes[0]);
+    const size_t ax = static_cast<size_t>(n.axis());
     const Shape& s = n.args[0]->shape;
     dispatch(n.dtype, [&](auto tag) {
       using T = decltype(tag);
@@ -550,6 +532,7 @@ class RefBackend final : public Backend {
 
   void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override {
     detail::count_ref_realization();
+    if (verify_enabled()) ir::verify_ir(roots, "builders");
     std::vector<Node*> order = ir::topo_order(roots);
     std::unordered_map<Node*, int> uses;
     for (Node* n : order)
@@ -589,5 +572,12 @@ Backend& ref_backend() {
   static RefBackend b;
   return b;
 }
+
+// Registered as the lowest-ranked CPU backend: TESSEL_BACKEND=ref picks it,
+// and it computes where no compiled CPU backend is built.
+namespace {
+const BackendRegistration g_registration{{"ref", Device::Kind::cpu, 0, [](int) -> Backend& { return ref_backend(); }}};
+}  // namespace
+TESSEL_BACKEND_ANCHOR(ref)
 
 }  // namespace tessel
