@@ -372,6 +372,66 @@ void conv2d_figures(const Config& cfg) {
   keep_conv.push_back(std::move(st));
 }
 
+// ------------------------------------------------------------- embedding
+
+// embedding_b4096: V=50000, D=256, 4096 ids, f32: forward and backward of
+// sum(embedding(ids, W) * R) to W for a fixed random R, the loss and W's
+// gradient realized; LibTorch's torch::embedding with its dense gradient.
+// The one-hot ablation, the lookup as a matmul (one_hot(ids, V) % W, a
+// [4096, 50000] operand), is a second tessel row.
+struct EmbeddingState {
+  Tensor ids, w, r, wg;
+};
+std::vector<std::unique_ptr<EmbeddingState>> keep_embedding;
+
+void embedding_figure(const Config& cfg) {
+  const std::string fig = "embedding_b4096";
+  const int64_t V = 50000, D = 256, N = 4096;
+  auto st = std::make_unique<EmbeddingState>();
+  manual_seed(3);
+  st->ids = randint(0, V, {N});
+  st->w = randn({V, D});  // nn.Embedding's N(0, 1)
+  st->r = randn({N, D});
+  realize({st->ids, st->w, st->r});
+  st->wg = st->w.detach();
+  st->wg.requires_grad_();
+  Tensor ids = st->ids, w = st->w, r = st->r, wg = st->wg;
+  const bench::torch_peer::Embedding p{fptr(w), ids.buffer().ptr<int64_t>(), fptr(r), V, D, N};
+  auto lookup = [ids, V](const Tensor& weight, bool one_hot_matmul) {
+    return one_hot_matmul ? Tensor(one_hot(ids, V).to(DType::f32) % weight) : embedding(ids, weight);
+  };
+  // Each call starts from an undefined gradient.
+  auto step = [wg, r, lookup](bool one_hot_matmul) {
+    return [wg, r, lookup, one_hot_matmul] {
+      wg.set_grad(Tensor());
+      Tensor loss = Tensor(lookup(wg, one_hot_matmul) * r).sum();
+      loss.backward();
+      realize({loss, wg.grad()});
+    };
+  };
+
+  std::vector<float> e_ref(static_cast<size_t>(N * D)), gw_ref(static_cast<size_t>(V * D));
+  bench::torch_peer::embedding_into(p, e_ref.data(), gw_ref.data());
+  auto check = [&](Backend& backend, const std::string& prefix, bool one_hot_matmul) {
+    BackendOverride o(backend);
+    Tensor e;
+    {
+      NoGradGuard g;
+      e = lookup(w, one_hot_matmul).contiguous();
+    }
+    results.set(fig, prefix + "fwd_max_abs_diff", max_abs_diff(fptr(e), e_ref.data(), N * D));
+    step(one_hot_matmul)();
+    results.set(fig, prefix + "dw_max_abs_diff", max_abs_diff(fptr(wg.grad().contiguous()), gw_ref.data(), V * D));
+  };
+  check(main_backend(), "check_", false);
+  if (jit_backend()) check(ref_backend(), "check_ref_", false);
+  check(main_backend(), "check_one_hot_", true);
+  add_tessel(cfg, fig, step(false));
+  add(cfg, fig, "tessel_one_hot", on(main_backend(), step(true)));
+  add(cfg, fig, "libtorch", bench::torch_peer::embedding_forward_backward(p));
+  keep_embedding.push_back(std::move(st));
+}
+
 // ------------------------------------------------------- compile latency
 
 using bench::compile_pass;
@@ -666,7 +726,8 @@ const std::vector<Goal> kGoals = {
 void write_outputs(const Config& cfg) {
   const std::vector<std::string> order = {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024",
                                           "compile_latency",  "train_step_b256",     "fashion_epoch",
-                                          "conv2d_fwd",       "conv2d_fwd_bwd",      "lenet_epoch"};
+                                          "conv2d_fwd",       "conv2d_fwd_bwd",      "lenet_epoch",
+                                          "embedding_b4096"};
   nlohmann::json j = nlohmann::json::object();
   for (auto& [fig, kv] : results.numbers)
     for (auto& [k, v] : kv) j[fig][k] = v;
@@ -714,6 +775,13 @@ void write_outputs(const Config& cfg) {
       fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10} {:>10}  {}\n",
                  fig + (backend.empty() ? "" : " (" + backend + ")"), peer, get("tessel_ms"), get(peer + "_ms"), get(k),
                  get("cpu_vs_" + peer), get("ref_vs_" + peer), goal_for(k));
+    }
+    // An ablation's second tessel row (tessel_one_hot_ms), against the same peers.
+    for (auto& [k, v] : kv) {
+      if (k.rfind("one_hot_vs_", 0) != 0) continue;
+      std::string peer = k.substr(11);
+      fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10} {:>10}  {}\n", fig + " one-hot", peer,
+                 get("tessel_one_hot_ms"), get(peer + "_ms"), get(k), "-", "-", "ablation: one_hot(ids, V) % W");
     }
   }
   fmt::print("\nratio = tessel wall time / peer wall time (below 1: tessel faster); cpu ratio: the same from CPU time;\n"
@@ -777,18 +845,21 @@ int main(int argc, char** argv) {
   if (cfg.wants("mlp_forward_b1024")) mlp_forward(cfg);
   if (cfg.wants("train_step_b256")) train_step(cfg);
   if (cfg.wants("conv2d_fwd") || cfg.wants("conv2d_fwd_bwd")) conv2d_figures(cfg);
+  if (cfg.wants("embedding_b4096")) embedding_figure(cfg);
   Collector collector;
   if (cfg.wants("fused_chain_16M") || cfg.wants("tiny_chain_dispatch") || cfg.wants("mlp_forward_b1024") ||
-      cfg.wants("train_step_b256") || cfg.wants("conv2d_fwd") || cfg.wants("conv2d_fwd_bwd"))
+      cfg.wants("train_step_b256") || cfg.wants("conv2d_fwd") || cfg.wants("conv2d_fwd_bwd") ||
+      cfg.wants("embedding_b4096"))
     benchmark::RunSpecifiedBenchmarks(&collector);
   if (cfg.wants("fashion_epoch")) fashion_epoch(cfg);
   if (cfg.wants("lenet_epoch")) lenet_epoch(cfg);
 
   for (auto& fig : {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024", "train_step_b256", "fashion_epoch",
-                    "conv2d_fwd", "conv2d_fwd_bwd", "lenet_epoch"}) {
+                    "conv2d_fwd", "conv2d_fwd_bwd", "lenet_epoch", "embedding_b4096"}) {
     const std::vector<std::string> peers = {"hand", "libtorch", "libtorch_prealloc", "libtorch_eager"};
     results.ratios(fig, "tessel_ms", "", peers);
     results.ratios(fig, "tessel_ref_ms", "ref_", peers);
+    results.ratios(fig, "tessel_one_hot_ms", "one_hot_", peers);
     // The same from CPU time of the timing thread (cpu_vs_<peer>).
     auto& kv = results.numbers[fig];
     if (kv.count("tessel_cpu_ms"))

@@ -213,6 +213,33 @@ void conv2d_grads_into(const Conv2d& p, const float* gy, float* gx, float* gw, f
 }
 
 namespace {
+struct EmbeddingTensors {
+  torch::Tensor weight, ids, r;
+};
+EmbeddingTensors embedding_tensors(const Embedding& p) {
+  return {view_of(p.weight, {p.v, p.d}).clone().requires_grad_(true),
+          torch::from_blob(const_cast<int64_t*>(p.ids), {p.n}, torch::kInt64), view_of(p.r, {p.n, p.d})};
+}
+}  // namespace
+
+std::function<void()> embedding_forward_backward(const Embedding& p) {
+  auto t = embedding_tensors(p);
+  return [t] {
+    t.weight.mutable_grad().reset();
+    torch::Tensor loss = (torch::embedding(t.weight, t.ids) * t.r).sum();
+    loss.backward();  // eager: the loss and the gradient exist when it returns
+  };
+}
+
+void embedding_into(const Embedding& p, float* e, float* gw) {
+  auto t = embedding_tensors(p);
+  torch::Tensor out = torch::embedding(t.weight, t.ids);
+  (out * t.r).sum().backward();
+  copy_out(out.detach(), e);
+  copy_out(t.weight.grad(), gw);
+}
+
+namespace {
 torch::nn::Sequential make_lenet(const std::vector<NamedArray>& params) {
   namespace nn = torch::nn;
   nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(1, 6, 5).padding(2)), nn::BatchNorm2d(6), nn::ReLU(),

@@ -68,6 +68,22 @@ std::function<void()> conv2d_forward_backward(const Conv2d& p, const float* gy);
 /// The same once, gradients copied out (gx like x, gw like weight, gb [o]).
 void conv2d_grads_into(const Conv2d& p, const float* gy, float* gx, float* gw, float* gb);
 
+/// An embedding lookup over memory that must outlive the calls: weight [v, d]
+/// f32, ids [n] int64 in [0, v), and r [n, d], the fixed tensor the output
+/// is multiplied by before the sum.
+struct Embedding {
+  const float* weight;
+  const int64_t* ids;
+  const float* r;
+  int64_t v, d, n;
+};
+/// sum(torch::embedding(weight, ids) * r), backward to the weight (a leaf
+/// whose gradient is reset to undefined before each call; the dense gradient
+/// torch.nn.Embedding gives), loss and gradient computed when it returns.
+std::function<void()> embedding_forward_backward(const Embedding& p);
+/// The same once: the lookup e [n, d] and the weight's gradient [v, d] copied out.
+void embedding_into(const Embedding& p, float* e, float* gw);
+
 /// A parameter of a model by its state-dict name, f32 memory of `numel` values.
 struct NamedArray {
   std::string name;

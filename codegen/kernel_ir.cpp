@@ -11,6 +11,7 @@ std::string_view reduce_name(ReduceKind r) {
     case ReduceKind::Mean: return "mean";
     case ReduceKind::Max: return "max";
     case ReduceKind::Min: return "min";
+    case ReduceKind::Prod: return "prod";
   }
   return "?";
 }

@@ -61,7 +61,9 @@ struct Stmt {
   bool operator==(const Stmt&) const = default;
 };
 
-enum class ReduceKind : uint8_t { None, Sum, Mean, Max, Min };
+// Each kind starts its accumulator at its identity: 0 (Sum, Mean), 1 (Prod),
+// -inf / +inf or the integer extremes (Max, Min).
+enum class ReduceKind : uint8_t { None, Sum, Mean, Max, Min, Prod };
 
 struct Param {
   DType dtype = DType::f32;  // storage dtype

@@ -342,6 +342,8 @@ struct ExprBase {
   Tensor min(int64_t d, bool keepdim = false) const { return lowered().min(d, keepdim); }
   Tensor argmax() const { return lowered().argmax(); }
   Tensor argmax(int64_t d, bool keepdim = false) const { return lowered().argmax(d, keepdim); }
+  Tensor prod() const { return lowered().prod(); }
+  Tensor prod(int64_t d, bool keepdim = false) const { return lowered().prod(d, keepdim); }
   Tensor all() const { return lowered().all(); }
   Tensor all(int64_t d, bool keepdim = false) const { return lowered().all(d, keepdim); }
   Tensor any() const { return lowered().any(); }

@@ -124,6 +124,8 @@ Tensor Tensor::min() const { return reduce(ir::Op::Min, *this, {}, false); }
 Tensor Tensor::min(int64_t d, bool k) const { return reduce(ir::Op::Min, *this, {d}, k); }
 Tensor Tensor::argmax() const { return reduce(ir::Op::ArgMax, *this, {}, false); }
 Tensor Tensor::argmax(int64_t d, bool k) const { return reduce(ir::Op::ArgMax, *this, {d}, k); }
+Tensor Tensor::prod() const { return reduce(ir::Op::Prod, *this, {}, false); }
+Tensor Tensor::prod(int64_t d, bool k) const { return reduce(ir::Op::Prod, *this, {d}, k); }
 
 namespace {
 // 1 where an element is nonzero, as int64, so all/any are counts.

@@ -155,6 +155,9 @@ Tensor Tensor::norm(double p, std::vector<int64_t> dims, bool keepdim) const {
   return tessel::norm(*this, p, std::move(dims), keepdim);
 }
 
+Tensor prod(const Tensor& x) { return x.prod(); }
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim) { return x.prod(dim, keepdim); }
+
 Tensor argmin(const Tensor& x) {
   if (x.numel() == 0)
     throw ValueError(fmt::format("argmin: cannot reduce over an empty tensor (shape {})", x.shape().str()));

@@ -49,6 +49,12 @@ Tensor norm(const Tensor& x, double p = 2.0, std::vector<int64_t> dims = {}, boo
 Tensor::ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor::ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
 
+/// torch.prod: the product of every element, or along `dim` (x.prod(dim)).
+///
+///   Tensor p = prod(x, 1, true);   // [N, C] -> [N, 1]
+Tensor prod(const Tensor& x);
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
+
 /// The index of the first minimum (of the flattened tensor without a dim), as torch.argmin.
 ///
 ///   Tensor i = argmin(x, 1);

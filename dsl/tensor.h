@@ -182,6 +182,13 @@ class Tensor {
   Tensor min(int64_t dim, bool keepdim = false) const;
   Tensor argmax() const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
+  /// The product of every element (a 0-d tensor), or along `dim`, as
+  /// torch.prod: bool and integer inputs give int64, an empty product is 1,
+  /// and the gradient is right where x has zeros.
+  ///
+  ///   Tensor p = x.prod(1);         // [N, C] -> [N]
+  Tensor prod() const;
+  Tensor prod(int64_t dim, bool keepdim = false) const;
   /// The index of the first minimum, as torch.argmin (dsl/reductions.h).
   Tensor argmin() const;
   Tensor argmin(int64_t dim, bool keepdim = false) const;

@@ -373,20 +373,24 @@ struct Emitter {
         return f ? fconst(DType::f64, -INFINITY) : static_cast<Value*>(b.getInt64(INT64_MIN));
       case kir::ReduceKind::Min:
         return f ? fconst(DType::f64, INFINITY) : static_cast<Value*>(b.getInt64(INT64_MAX));
-      default: return zero(acc_dtype);
+      case kir::ReduceKind::Prod: return f ? fconst(DType::f64, 1.0) : static_cast<Value*>(b.getInt64(1));
+      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return zero(acc_dtype);
+      case kir::ReduceKind::None: break;
     }
+    throw InternalError("emit_llvm: no accumulator for an elementwise kernel");
   }
   Value* combine(kir::ReduceKind red, DType acc_dtype, Value* acc, Value* v) {
     bool f = acc_dtype == DType::f64;
     switch (red) {
       case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return f ? b.CreateFAdd(acc, v) : b.CreateAdd(acc, v);
+      case kir::ReduceKind::Prod: return f ? b.CreateFMul(acc, v) : b.CreateMul(acc, v);  // i64 wraps, as torch
       case kir::ReduceKind::Max: case kir::ReduceKind::Min: {
         bool mx = red == kir::ReduceKind::Max;
         if (!f) return b.CreateSelect(mx ? b.CreateICmpSGT(v, acc) : b.CreateICmpSLT(v, acc), v, acc);
         Value* better = b.CreateOr(mx ? b.CreateFCmpOGT(v, acc) : b.CreateFCmpOLT(v, acc), b.CreateFCmpUNO(v, v));
         return b.CreateSelect(b.CreateFCmpUNO(acc, acc), acc, b.CreateSelect(better, v, acc));
       }
-      default: break;
+      case kir::ReduceKind::None: break;
     }
     throw InternalError("emit_llvm: unknown reduction");
   }

@@ -335,18 +335,24 @@ struct Writer {
     switch (r) {
       case kir::ReduceKind::Max: init = f ? "(-ts::inf_f64())" : "(-9223372036854775807LL - 1)"; break;
       case kir::ReduceKind::Min: init = f ? "ts::inf_f64()" : "9223372036854775807LL"; break;
-      default: init = f ? "0.0" : "0"; break;
+      case kir::ReduceKind::Prod: init = f ? "1.0" : "1"; break;
+      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: init = f ? "0.0" : "0"; break;
+      case kir::ReduceKind::None: throw InternalError("emit_cuda: no accumulator for an elementwise kernel");
     }
     // combine(acc, v): NaN-propagating max/min, as the ref interpreter.
     switch (r) {
       case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: combine = "{0} = {0} + {1};"; break;
+      // An i64 product wraps on overflow, as torch.prod's.
+      case kir::ReduceKind::Prod:
+        combine = f ? "{0} = {0} * {1};" : "{0} = (int64_t)((uint64_t){0} * (uint64_t){1});";
+        break;
       case kir::ReduceKind::Max:
         combine = f ? "{0} = ({0} != {0}) ? {0} : (({1} > {0} || {1} != {1}) ? {1} : {0});" : "{0} = {1} > {0} ? {1} : {0};";
         break;
       case kir::ReduceKind::Min:
         combine = f ? "{0} = ({0} != {0}) ? {0} : (({1} < {0} || {1} != {1}) ? {1} : {0});" : "{0} = {1} < {0} ? {1} : {0};";
         break;
-      default: throw InternalError("emit_cuda: unknown reduction");
+      case kir::ReduceKind::None: throw InternalError("emit_cuda: unknown reduction");
     }
   }
   std::string comb(const std::string& acc, const std::string& v) const { return fmt::format(fmt::runtime(combine), acc, v); }

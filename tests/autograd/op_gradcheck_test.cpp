@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "codegen/autodiff.h"
+#include "codegen/builders.h"
 #include "dsl/convolution.h"
 #include "dsl/normalization.h"
 #include "dsl/pooling.h"
@@ -195,6 +197,83 @@ TEST_CASE("gradcheck: max and min over everything and over a dim", "[gradcheck]"
           rng);
     check("min dim on " + str(s), [=](const auto& x) { return x[0].min(d, keep); }, {random_input(rng, s, Domain::any)},
           rng);
+  }
+}
+namespace {
+// [4, 4] away from zero, then zeros: row 0 has one (col 3), row 1 one (col 2),
+// row 2 two (cols 0 and 3), row 3 none; col 0 has one, col 1 none, col 2 one,
+// col 3 two.
+Input with_zeros(std::mt19937_64& rng) {
+  Input z = random_input(rng, {4, 4}, Domain::away_from_zero);
+  for (int at : {3, 6, 8, 11}) z.v[static_cast<size_t>(at)] = 0;
+  return z;
+}
+}  // namespace
+TEST_CASE("gradcheck: prod over everything and along a dim, rows with one and with two zeros", "[gradcheck]") {
+  unary("prod()", 140, Domain::any, [](const auto& x) { return x[0].prod(); });
+  auto rng = rng_for("prod dim", 141);
+  for (int k = 0; k < kShapes; ++k) {
+    Dims s = {std::uniform_int_distribution<int64_t>(1, 3)(rng), std::uniform_int_distribution<int64_t>(2, 4)(rng)};
+    int64_t d = k % 2 ? -1 : 0;
+    bool keep = (k / 2) % 2;
+    check("prod dim on " + str(s), [=](const auto& x) { return prod(x[0], d, keep); },
+          {random_input(rng, s, Domain::any)}, rng);
+  }
+  // The product is linear in each element, so central differences are exact at zeros too.
+  check("prod(1) with zeros", [](const auto& x) { return x[0].prod(1); }, {with_zeros(rng)}, rng);
+  check("prod(0, keepdim) with zeros", [](const auto& x) { return x[0].prod(0, true); }, {with_zeros(rng)}, rng);
+  Input one = random_input(rng, {5}, Domain::away_from_zero), two = one;
+  one.v[2] = 0;
+  two.v[1] = two.v[4] = 0;
+  check("prod() with one zero", [](const auto& x) { return x[0].prod(); }, {one}, rng);
+  check("prod() with two zeros", [](const auto& x) { return x[0].prod(); }, {two}, rng);
+  check("prod() of a 3-d tensor with one zero", [](const auto& x) { return Tensor(x[0] * 2.0).prod(); },
+        {[&] {
+          Input z = random_input(rng, {2, 2, 3}, Domain::away_from_zero);
+          z.v[7] = 0;
+          return z;
+        }()},
+        rng);
+}
+TEST_CASE("gradcheck: prod's gradient has a gradient, rows with zeros included", "[gradcheck]") {
+  // G(x) = d sum(prod(x, 1) * W) / dx as a graph that requires grad; then
+  // d sum(G * V) / dx against central differences of G (each G_i is linear
+  // in every other element, so they are exact).
+  auto rng = rng_for("prod double backward", 142);
+  const Input z = with_zeros(rng);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> w(4), v(16);
+  for (auto& e : w) e = u(rng);
+  for (auto& e : v) e = u(rng);
+  const Tensor W = from_vector<double>(w, {4}), V = from_vector<double>(v, {4, 4});
+  auto first = [&](const std::vector<double>& at) {
+    Tensor x = from_vector<double>(at, {4, 4});
+    x.requires_grad_();
+    Tensor(x.prod(1) * W).sum().backward();
+    return x.grad().to_vector<double>();
+  };
+  Tensor x = from_vector<double>(z.v, {4, 4});
+  x.requires_grad_();
+  Tensor loss = Tensor(x.prod(1) * W).sum();
+  ir::NodePtr G;
+  for (auto& lg : autodiff::gradients(loss.node(), ir::constant(ir::ScalarValue::of(1.0), DType::f64), true))
+    if (lg.leaf == x.node().get()) G = lg.grad;
+  REQUIRE(G);
+  Tensor g = Tensor::from_node(G, cpu());
+  REQUIRE(g.requires_grad());
+  tessel::testing::require_close(g.to_vector<double>(), first(z.v), 1e-12, 1e-12);  // as a plain backward's
+  Tensor(g * V).sum().backward();
+  const std::vector<double> analytic = x.grad().to_vector<double>();
+  const double h = 1e-6;
+  for (size_t j = 0; j < z.v.size(); ++j) {
+    std::vector<double> plus = z.v, minus = z.v;
+    plus[j] += h;
+    minus[j] -= h;
+    const std::vector<double> gp = first(plus), gm = first(minus);
+    double numeric = 0;
+    for (size_t i = 0; i < v.size(); ++i) numeric += v[i] * (gp[i] - gm[i]) / (2 * h);
+    INFO("element " << j << " (" << z.v[j] << "): analytic " << analytic[j] << ", numeric " << numeric);
+    CHECK(std::fabs(analytic[j] - numeric) <= 1e-7 + 1e-5 * std::fabs(numeric));
   }
 }
 TEST_CASE("gradcheck: reshape, view, flatten, unsqueeze, squeeze", "[gradcheck]") {

@@ -53,9 +53,10 @@ Case make_case(uint64_t seed, int i) {
   if (j < 8) return TreeGen(seed, 6000 + j).make_sized(kVectorSizes[j / 2], false);
   j -= 8;
   if (j < 10) return TreeGen(seed, 7000 + j).make_rows(kRowShapes[j / 2][0], kRowShapes[j / 2][1], j % 2 == 0 ? 1 : 0);
-  return TreeGen(seed, 8000).make_every_unary_op();
+  if (j == 10) return TreeGen(seed, 8000).make_every_unary_op();
+  return TreeGen(seed, 8001).make_every_reduction();
 }
-constexpr int kCases = kTrees + 8 + 8 + 10 + 1;
+constexpr int kCases = kTrees + 8 + 8 + 10 + 2;
 
 std::vector<double> values(const NodePtr& n) {
   const BufferView& v = *n->buffer;

@@ -53,14 +53,20 @@ TEST_CASE("generated CUDA kernels of random trees compile clean under NVRTC for 
     Case c = TreeGen(seed, 8000).make_every_unary_op();
     tessel::cudagen::realize_steps(collect, c.roots, false);
   }
+  {
+    Case c = TreeGen(seed, 8001).make_every_reduction();
+    tessel::cudagen::realize_steps(collect, c.roots, false);
+  }
   std::vector<const tessel::kir::Kernel*> ks;
-  int reductions = 0;
+  int reductions = 0, prods = 0;
   for (auto& [text, k] : collect.kernels) {
     ks.push_back(&k);
     reductions += k.reduce != tessel::kir::ReduceKind::None;
+    prods += k.reduce == tessel::kir::ReduceKind::Prod;
   }
   REQUIRE(ks.size() >= 100);
   REQUIRE(reductions >= 20);
+  REQUIRE(prods >= 2);  // f64 and i64 accumulators
 
   struct Target {
     int arch;

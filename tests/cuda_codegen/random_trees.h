@@ -56,6 +56,24 @@ class TreeGen {
     return c;
   }
 
+  /// Every compiled reduction kind (sum, mean, max, min, prod) over f32, f64,
+  /// i32 and i64 leaves, along each dim and over both, one root each: no
+  /// accumulator, identity or combine step is left to chance.
+  Case make_every_reduction() {
+    Case c;
+    out_ = Shape{3, 37};
+    for (Op op : {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::Prod})
+      for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64}) {
+        if (op == Op::Mean && !tessel::is_floating(t)) continue;
+        for (const std::vector<int64_t>& axes : {std::vector<int64_t>{0}, std::vector<int64_t>{1}, std::vector<int64_t>{0, 1}}) {
+          NodePtr x = broadcast_leaf(t);
+          c.roots.push_back(tessel::ir::reduce(op, op == Op::Prod ? near_one(x, 1e-3) : x, axes, coin(0.5)));
+        }
+      }
+    c.what = "every reduction " + out_.str();
+    return c;
+  }
+
   /// One random case. `kind` 0: elementwise, 1: reduction, 2: two roots, 3: backward.
   Case make(int kind) {
     Case c;
@@ -70,9 +88,10 @@ class TreeGen {
       case 1: {
         DType t = pick<DType>({DType::f32, DType::f32, DType::f64, DType::i32, DType::i64, DType::b8});
         NodePtr x = expr(t, depth());
-        std::vector<Op> ops{Op::Sum, Op::Max, Op::Min};
+        std::vector<Op> ops{Op::Sum, Op::Max, Op::Min, Op::Prod};
         if (tessel::is_floating(t)) ops.push_back(Op::Mean);
         Op op = pick(ops);
+        if (op == Op::Prod) x = near_one(x, 1e-3);
         std::vector<int64_t> axes;
         for (int64_t d = 0; d < out_.rank(); ++d)
           if (coin(0.5)) axes.push_back(d);
@@ -119,9 +138,10 @@ class TreeGen {
     out_ = Shape({rows, n});
     DType t = pick<DType>({DType::f32, DType::f64, DType::i64});
     NodePtr x = expr(t, 2);
-    std::vector<Op> ops{Op::Sum, Op::Max, Op::Min};
+    std::vector<Op> ops{Op::Sum, Op::Max, Op::Min, Op::Prod};
     if (tessel::is_floating(t)) ops.push_back(Op::Mean);
     Op op = pick(ops);
+    if (op == Op::Prod) x = near_one(x, 1e-3);
     c.roots.push_back(tessel::ir::reduce(op, x, {axis}, coin(0.5)));
     c.what = fmt::format("reduce {} {} [{}, {}] axis {}", tessel::ir::op_name(op), tessel::dtype_name(t), rows, n, axis);
     return c;
@@ -133,7 +153,10 @@ class TreeGen {
     out_ = Shape({n});
     DType t = pick<DType>({DType::f32, DType::f64});
     NodePtr x = expr(t, 2);
-    if (reduce) x = tessel::ir::reduce(pick<Op>({Op::Sum, Op::Max, Op::Mean}), x, {}, false);
+    if (reduce) {
+      Op op = pick<Op>({Op::Sum, Op::Max, Op::Mean, Op::Prod});
+      x = tessel::ir::reduce(op, op == Op::Prod ? near_one(x, 1e-6) : x, {}, false);
+    }
     c.roots.push_back(x);
     c.what = std::string(reduce ? "reduce" : "elementwise") + " sized " + std::to_string(n);
     return c;
@@ -163,6 +186,17 @@ class TreeGen {
       Shape sh(s);
       if (sh.numel() <= max_numel_) return sh;
     }
+  }
+
+  // Floating factors 1 + eps * tanh(x): a product over up to 1 / eps of them
+  // stays within [1/e, e], far from overflow, and a wrong identity shows
+  // (integers wrap, exactly, in any order).
+  NodePtr near_one(NodePtr x, double eps) {
+    if (!tessel::is_floating(x->dtype)) return x;
+    const DType t = x->dtype;
+    NodePtr small = tessel::ir::binary(Op::Mul, tessel::ir::unary(Op::Tanh, std::move(x)),
+                                       tessel::ir::constant(tessel::ir::ScalarValue::of(eps), t));
+    return tessel::ir::binary(Op::Add, tessel::ir::constant(tessel::ir::ScalarValue::of(1.0), t), small);
   }
 
   DType pick_dtype() { return pick<DType>({DType::f32, DType::f32, DType::f32, DType::f64, DType::i32, DType::i64, DType::b8}); }

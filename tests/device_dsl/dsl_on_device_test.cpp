@@ -109,6 +109,29 @@ TEST_CASE("reductions and row programs on the device match the CPU", "[gpu]") {
   CHECK(g.sum().item<double>() == Approx(x.sum().item<double>()).epsilon(1e-5));
 }
 
+TEST_CASE("prod on the device: rows, columns, integers, zeros, empty and its gradient", "[gpu]") {
+  Tensor x = tensor({{1.5, -2.0, 0.5, 4.0}, {3.0, 0.0, -1.0, 2.0}, {-0.5, -0.5, 2.0, 2.0}});
+  Tensor g = x.to(gpu(0));
+  check_close(host(g.prod(1)), {-6, 0, 1}, 0);
+  check_close(host(prod(g, 0, true)), {-2.25, 0, -1, 16}, 0);
+  CHECK(g.prod().item<double>() == 0);
+  Tensor i = tensor({{2, -3, 4}, {5, 1, -1}}).to(gpu(0));
+  CHECK(i.prod(1).dtype() == DType::i64);
+  check_close(host(i.prod(1)), {-24, -5}, 0);
+  CHECK(full({39}, 3, DType::i64, gpu(0)).prod().item<int64_t>() == 4052555153018976267LL);  // int64 accumulator
+  CHECK(zeros({0, 3}, DType::f32, gpu(0)).prod().item<double>() == 1);
+  check_close(host(zeros({2, 0}, DType::f32, gpu(0)).prod(1)), {1, 1}, 0);
+  // A long row (split across blocks) of factors near 1, against the CPU.
+  manual_seed(11);
+  Tensor near = Tensor(rand({1, 200003}) * 1e-5 + 1.0).to(DType::f64);
+  CHECK(near.to(gpu(0)).prod().item<double>() == Approx(near.prod().item<double>()).epsilon(1e-9));
+  // The gradient, zeros included: row 1 has one zero, row 2 none.
+  Tensor w = x.to(gpu(0));
+  w.requires_grad_();
+  Tensor(w.prod(1) * tensor({1.0, 2.0, 3.0}, gpu(0))).sum().backward();
+  check_close(host(w.grad()), {-4, 3, -12, -1.5, 0, -12, 0, 0, -6, -6, 1.5, 1.5}, 1e-6);
+}
+
 TEST_CASE("pad, cat, tril, masks and eye on the device: indexed loads in the generated kernels", "[gpu]") {
   manual_seed(11);
   Tensor x = randn({5, 7}), y = randn({5, 3});

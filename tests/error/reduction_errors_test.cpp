@@ -1,4 +1,4 @@
-// User mistakes in var, std, logsumexp, norm, argmin and max/min with
+// User mistakes in var, std, logsumexp, norm, argmin, prod and max/min with
 // indices: integer inputs, dims out of range or repeated, empty dims.
 #include "error_testing.h"
 
@@ -34,4 +34,11 @@ TEST_CASE("argmin and max or min with indices with a bad or empty dim", "[error]
 
 TEST_CASE("norm with a NaN order", "[error]") {
   REQUIRE_ERROR(norm(ones({2}), NAN), ValueError, "norm: the order p is NaN");
+}
+
+TEST_CASE("prod with a dim out of range", "[error]") {
+  Tensor x = ones({2, 3});
+  REQUIRE_ERROR(x.prod(2), IndexError, "prod: dim 2 is out of range for a tensor of shape [2, 3] (valid dims are -2..1)");
+  REQUIRE_ERROR(prod(x, -3, true), IndexError, "prod: dim -3 is out of range");
+  REQUIRE_ERROR(full({}, 2.0).prod(1), IndexError, "prod: dim 1 is out of range");
 }

@@ -100,6 +100,24 @@ TEST_CASE("schedule: what does not take an epilogue", "[jit]") {
     sched::Schedule s = sched::schedule({y.node()});
     CHECK(epilogues(s) == 0);
   }
+  SECTION("a flip or a shift of the product reads it at computed positions: no epilogue writes over it") {
+    const std::vector<double> mv = [&] {
+      BackendOverride r(ref_backend());
+      return vals(a % b);
+    }();
+    Tensor f = flip(a % b, {0});
+    CHECK(epilogues(sched::schedule({f.node()})) == 0);
+    std::vector<double> want;
+    for (size_t r = 4; r-- > 0;)
+      for (size_t j = 0; j < 5; ++j) want.push_back(mv[r * 5 + j]);
+    require_close(vals(f), want, 1e-6, 1e-6);
+    Tensor p = pad(a % b, {1, -1});  // one column to the right, zeros coming in
+    CHECK(epilogues(sched::schedule({p.node()})) == 0);
+    want.clear();
+    for (size_t r = 0; r < 4; ++r)
+      for (size_t j = 0; j < 5; ++j) want.push_back(j == 0 ? 0.0 : mv[r * 5 + j - 1]);
+    require_close(vals(p), want, 1e-6, 1e-6);
+  }
   SECTION("integer products stay plain") {
     Tensor y = Tensor(arange(0, 24).reshape({4, 6}).to(DType::i64) % arange(0, 30).reshape({6, 5}).to(DType::i64)) + 1;
     sched::Schedule s = sched::schedule({y.node()});

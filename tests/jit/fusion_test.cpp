@@ -96,10 +96,11 @@ struct TreeGen {
         Tensor a = gen(depth - 1);
         int64_t d = static_cast<int64_t>(g() % 2);
         if (a.shape().rank() < 2) return a;
-        switch (g() % 4) {
+        switch (g() % 5) {
           case 0: return a.sum({d}, true);
           case 1: return a.mean({d}, true);
           case 2: return a.max(d, true);
+          case 3: return a.tanh().prod(d, true);  // factors below 1: no overflow
           default: return a.min(d, true);
         }
       }
@@ -313,6 +314,33 @@ TEST_CASE("a reduction with its prologue is one kernel", "[jit]") {
   CHECK(cpu_jit_stats().kernels_launched == 1);
   BackendOverride r(ref_backend());
   require_close(vals(s), vals(Tensor(a * b).exp().sum({1})), 1e-6, 1e-6);
+}
+
+TEST_CASE("prod(exp(x), 1) is one kernel, and a prod row stage shares the row program", "[jit]") {
+  BackendOverride o(*cpu_jit_backend());
+  Tensor x = Tensor(rand({33, 31}) - 0.5), i = randint(-3, 4, {5, 7});
+  x.eval();
+  i.eval();
+  reset_cpu_jit_stats();
+  Tensor p = prod(exp(x), 1);
+  p.eval();
+  CHECK(cpu_jit_stats().kernels_launched == 1);
+  CHECK(cpu_jit_stats().fallbacks == 0);
+  // Each row over its product: the product is a stage of the row's kernel.
+  reset_cpu_jit_stats();
+  Tensor r = x / x.prod(1, true);
+  r.eval();
+  CHECK(cpu_jit_stats().kernels_launched == 1);
+  // Integers multiply in the kernel's int64 accumulator.
+  reset_cpu_jit_stats();
+  Tensor ip = Tensor(i * 2).prod(0);
+  ip.eval();
+  CHECK(cpu_jit_stats().kernels_launched == 1);
+  CHECK(ip.dtype() == DType::i64);
+  BackendOverride ref(ref_backend());
+  require_close(vals(p), vals(prod(exp(x), 1)), 1e-6, 1e-6);
+  require_close(vals(r), vals(x / x.prod(1, true)), 1e-6, 1e-6);
+  CHECK(ivals(ip) == ivals(Tensor(i * 2).prod(0)));
 }
 
 TEST_CASE("non-contiguous, broadcast and odd-size inputs", "[jit]") {

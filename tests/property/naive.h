@@ -88,7 +88,7 @@ inline Value where(const Value& c, const Value& a, const Value& b) {
   return out;
 }
 
-enum class Red { sum, mean, max, min, argmax };
+enum class Red { sum, mean, max, min, argmax, prod };
 
 // Reduces over sorted, non-negative `axes` (empty: all).
 inline Value reduce(const Value& x, Dims axes, bool keepdim, Red op) {
@@ -108,7 +108,7 @@ inline Value reduce(const Value& x, Dims axes, bool keepdim, Red op) {
   }
   int64_t n_out = 1;
   for (int64_t d : kept_shape) n_out *= d;
-  std::vector<double> acc(static_cast<size_t>(n_out), 0.0), best(static_cast<size_t>(n_out), 0.0);
+  std::vector<double> acc(static_cast<size_t>(n_out), op == Red::prod ? 1.0 : 0.0), best(static_cast<size_t>(n_out), 0.0);
   std::vector<int64_t> count(static_cast<size_t>(n_out), 0);
   int64_t n = x.numel();
   for (int64_t i = 0; i < n; ++i) {
@@ -124,6 +124,7 @@ inline Value reduce(const Value& x, Dims axes, bool keepdim, Red op) {
     switch (op) {
       case Red::sum:
       case Red::mean: a += v; break;
+      case Red::prod: a *= v; break;
       case Red::max:
         if (c == 0 || std::isnan(v) || (!std::isnan(a) && v > a)) a = std::isnan(a) && c ? a : v;
         break;
@@ -155,6 +156,62 @@ inline Value permute(const Value& x, const Dims& order) {
     int64_t off = 0;
     for (size_t d = 0; d < src.size(); ++d) off = off * x.shape[d] + src[d];
     out.v[static_cast<size_t>(i)] = x.v[static_cast<size_t>(off)];
+  }
+  return out;
+}
+
+// torch.flip: reversed along each of `dims` (non-negative).
+inline Value flip(const Value& x, const Dims& dims) {
+  Value out{x.shape, std::vector<double>(x.v.size())};
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    Dims idx = unravel(i, x.shape);
+    for (int64_t d : dims) idx[static_cast<size_t>(d)] = x.shape[static_cast<size_t>(d)] - 1 - idx[static_cast<size_t>(d)];
+    int64_t off = 0;
+    for (size_t d = 0; d < idx.size(); ++d) off = off * x.shape[d] + idx[d];
+    out.v[static_cast<size_t>(i)] = x.v[static_cast<size_t>(off)];
+  }
+  return out;
+}
+
+// torch.take_along_dim(x, idx, dim): x and idx have one rank and broadcast
+// over every dim but `dim`; the result takes idx's size along `dim`.
+inline Value take_along_dim(const Value& x, const Value& idx, int64_t dim) {
+  const size_t r = x.shape.size(), ax = static_cast<size_t>(dim);
+  Dims s(r);
+  for (size_t d = 0; d < r; ++d) s[d] = d == ax ? idx.shape[d] : std::max(x.shape[d], idx.shape[d]);
+  Value out{s, std::vector<double>(static_cast<size_t>(Value{s, {}}.numel()))};
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    Dims at = unravel(i, s);
+    int64_t io = 0, xo = 0;
+    for (size_t d = 0; d < r; ++d) io = io * idx.shape[d] + (idx.shape[d] == 1 ? 0 : at[d]);
+    const int64_t k = static_cast<int64_t>(idx.v[static_cast<size_t>(io)]);
+    for (size_t d = 0; d < r; ++d) xo = xo * x.shape[d] + (d == ax ? k : x.shape[d] == 1 ? 0 : at[d]);
+    out.v[static_cast<size_t>(i)] = x.v[static_cast<size_t>(xo)];
+  }
+  return out;
+}
+
+// F.layer_norm over the last `k` dims (population variance, eps inside the
+// root), times w plus b when given (shaped like those dims).
+inline Value layer_norm(const Value& x, size_t k, const Value* w, const Value* b, double eps) {
+  int64_t row = 1;
+  for (size_t d = x.shape.size() - k; d < x.shape.size(); ++d) row *= x.shape[d];
+  Value out = x;
+  for (size_t start = 0; start < x.v.size(); start += static_cast<size_t>(row)) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < row; ++j) mean += x.v[start + static_cast<size_t>(j)];
+    mean /= static_cast<double>(row);
+    for (int64_t j = 0; j < row; ++j) {
+      const double c = x.v[start + static_cast<size_t>(j)] - mean;
+      var += c * c;
+    }
+    var /= static_cast<double>(row);
+    for (int64_t j = 0; j < row; ++j) {
+      double y = (x.v[start + static_cast<size_t>(j)] - mean) / std::sqrt(var + eps);
+      if (w) y *= w->v[static_cast<size_t>(j)];
+      if (b) y += b->v[static_cast<size_t>(j)];
+      out.v[start + static_cast<size_t>(j)] = y;
+    }
   }
   return out;
 }

@@ -236,6 +236,27 @@ class TreeGen {
       r.desc = "conv3(" + a.desc + ")";
       return finish(r, {&a});
     }
+    if (fl && coin(0.05) && !a.n.shape.empty()) {
+      // F.layer_norm over the last one or two dims, sometimes with a weight
+      // and a bias (leaves, so gradient checks reach them too).
+      const size_t k = a.n.shape.size() >= 2 && coin(0.3) ? 2 : 1;
+      const Dims ns(a.n.shape.end() - static_cast<int64_t>(k), a.n.shape.end());
+      const double eps = coin(0.7) ? 1e-5 : 0.25;
+      // Rows of (nearly) equal values normalize rounding noise: the naive and
+      // the computed results would differ by more than rounding.
+      if (!spread_rows(a.n, k)) return a;
+      if (coin(0.6)) {
+        Pair w = leaf(ns), b = leaf(ns);
+        r.t = layer_norm(a.t, ns, &w.t, &b.t, eps);
+        r.n = naive::layer_norm(a.n, k, &w.n, &b.n, eps);
+        r.desc = "layer_norm(" + a.desc + "," + shape_str(ns) + "," + w.desc + "," + b.desc + ")";
+        return finish(r, {&a, &w, &b});
+      }
+      r.t = layer_norm(a.t, ns, nullptr, nullptr, eps);
+      r.n = naive::layer_norm(a.n, k, nullptr, nullptr, eps);
+      r.desc = "layer_norm(" + a.desc + "," + shape_str(ns) + ")";
+      return finish(r, {&a});
+    }
     switch (op) {
       case 0:
         r.t = -a.t, r.n = naive::map(a.n, [](double x) { return -x; }), r.desc = "-(" + a.desc + ")";
@@ -424,6 +445,13 @@ class TreeGen {
 
   Pair where_node(const Dims& target, int depth) {
     Pair c = gen(target, depth - 1), a = gen(target, depth - 1), b = gen(target, depth - 1);
+    // A condition within rounding of 0 (e.g. gelu far below 0) may have
+    // either sign once computed: check_pair's tolerance could not tell.
+    if (mode_ != Mode::i64) {
+      const double eps = mode_ == Mode::f64 ? 1.1e-16 : 6e-8;
+      for (double x : c.n.v)
+        if (x != 0 && std::fabs(x) <= 4096 * eps * (1 + c.scale)) return a;
+    }
     Pair r;
     if (coin()) {
       r.t = where(c.t > 0, a.t, b.t);
@@ -439,7 +467,8 @@ class TreeGen {
 
   Pair reduction(const Dims& target, int depth) {
     int kind = static_cast<int>(uni(0, 2));
-    int op = static_cast<int>(uni(0, mode_ == Mode::f32 ? 3 : 4));  // argmax is exact only without f32 rounding
+    int op = static_cast<int>(uni(0, 5));
+    if (mode_ == Mode::f32 && op == 4) op = 5;  // argmax is exact only without f32 rounding
     if (mode_ == Mode::i64 && op == 1) op = 0;  // mean needs a float input
     Pair a, r;
     Dims axes;
@@ -465,34 +494,46 @@ class TreeGen {
     int64_t count = 1;
     for (size_t d = 0; d < a.n.shape.size(); ++d)
       if (axes.empty() || std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end()) count *= a.n.shape[d];
-    if (op == 0 && a.scale * static_cast<double>(count) > limit()) return a;
+    // (a may have a shape that does not broadcast to the target: a fresh leaf instead)
+    if (op == 0 && a.scale * static_cast<double>(count) > limit()) return leaf(broadcastable_to(target));
+    // A product's rounding error grows with the partial products: at most
+    // count * (1 + 2 * scale) * scale^(count - 1) for factors of error ~ (1 + scale).
+    const double prod_bound = static_cast<double>(count) * (1 + 2 * a.scale) *
+                              std::pow(std::max(1.0, a.scale), static_cast<double>(std::max<int64_t>(count - 1, 0)));
+    if (op == 5 && !(prod_bound <= limit())) return leaf(broadcastable_to(target));
     // Sometimes name the axes from the end.
     Dims tessel_axes = axes;
     for (auto& x : tessel_axes)
       if (coin(0.3)) x -= static_cast<int64_t>(a.n.shape.size());
     naive::Red red = op == 0 ? naive::Red::sum : op == 1 ? naive::Red::mean : op == 2 ? naive::Red::max
-                     : op == 3 ? naive::Red::min : naive::Red::argmax;
+                     : op == 3 ? naive::Red::min : op == 4 ? naive::Red::argmax : naive::Red::prod;
     r.n = naive::reduce(a.n, axes, keepdim, red);
-    static const char* names[] = {"sum", "mean", "max", "min", "argmax"};
+    static const char* names[] = {"sum", "mean", "max", "min", "argmax", "prod"};
     switch (op) {
       case 0: r.t = axes.empty() ? a.t.sum() : a.t.sum(tessel_axes, keepdim); break;
       case 1: r.t = axes.empty() ? a.t.mean() : a.t.mean(tessel_axes, keepdim); break;
       case 2: r.t = axes.empty() ? a.t.max() : a.t.max(tessel_axes[0], keepdim); break;
       case 3: r.t = axes.empty() ? a.t.min() : a.t.min(tessel_axes[0], keepdim); break;
-      default: r.t = (axes.empty() ? a.t.argmax() : a.t.argmax(tessel_axes[0], keepdim)).to(dt_); break;
+      case 4: r.t = (axes.empty() ? a.t.argmax() : a.t.argmax(tessel_axes[0], keepdim)).to(dt_); break;
+      default:  // the method or the free function
+        r.t = axes.empty() ? (coin() ? a.t.prod() : prod(a.t)) : coin() ? a.t.prod(tessel_axes[0], keepdim)
+                                                                         : prod(a.t, tessel_axes[0], keepdim);
+        break;
     }
-    if ((op == 2 || op == 3) && axes.size() > 1) {
-      // max/min reduce one dim at a time; reduce the highest first so lower dims keep their index.
+    if ((op == 2 || op == 3 || op == 5) && axes.size() > 1) {
+      // max/min/prod reduce one dim at a time; reduce the highest first so lower dims keep their index.
       r.t = a.t;
       naive::Value nv = a.n;
       for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
-        r.t = op == 2 ? r.t.max(*it, keepdim) : r.t.min(*it, keepdim);
+        r.t = op == 2 ? r.t.max(*it, keepdim) : op == 3 ? r.t.min(*it, keepdim) : r.t.prod(*it, keepdim);
         nv = naive::reduce(nv, {*it}, keepdim, red);
       }
       r.n = nv;
     }
     r.desc = std::string(names[op]) + "(" + a.desc + ")";
-    return finish(r, {&a});
+    r = finish(r, {&a});
+    if (op == 5) r.scale = std::max(r.scale, prod_bound);
+    return r;
   }
 
   Pair matmul_node(const Dims& target, int depth) {
@@ -519,7 +560,22 @@ class TreeGen {
 
   Pair movement(const Dims& target, int depth) {
     Pair r;
-    int kind = static_cast<int>(uni(0, 3));
+    int kind = static_cast<int>(uni(0, 5));
+    if (kind == 4 && !target.empty()) {  // flip along some dims
+      Pair a = gen(target, depth - 1);
+      const int64_t rank = static_cast<int64_t>(a.n.shape.size());
+      if (rank == 0) return a;
+      Dims dims, named;
+      for (int64_t d = 0; d < rank; ++d)
+        if (coin()) dims.push_back(d);
+      if (dims.empty()) dims.push_back(uni(0, rank - 1));
+      for (int64_t d : dims) named.push_back(coin(0.3) ? d - rank : d);
+      r.t = flip(a.t, named);
+      r.n = naive::flip(a.n, dims);
+      r.desc = "flip(" + a.desc + "," + shape_str(named) + ")";
+      return finish(r, {&a});
+    }
+    if (kind == 5 && !target.empty()) return take_along(target, depth);
     if (target.size() >= 2 && kind == 0) {  // permute
       std::vector<int64_t> p(target.size());
       std::iota(p.begin(), p.end(), 0);
@@ -559,6 +615,65 @@ class TreeGen {
     r.n = a.n;
     r.desc = "unsq(" + a.desc + ")";
     return finish(r, {&a});
+  }
+
+  // Whether every row of the last k dims with two or more elements has a
+  // standard deviation of at least 1% of its magnitude.
+  static bool spread_rows(const naive::Value& x, size_t k) {
+    int64_t row = 1;
+    for (size_t d = x.shape.size() - k; d < x.shape.size(); ++d) row *= x.shape[d];
+    if (row < 2) return true;
+    for (size_t start = 0; start < x.v.size(); start += static_cast<size_t>(row)) {
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < row; ++j) mean += x.v[start + static_cast<size_t>(j)];
+      mean /= static_cast<double>(row);
+      for (int64_t j = 0; j < row; ++j) var += std::pow(x.v[start + static_cast<size_t>(j)] - mean, 2);
+      var /= static_cast<double>(row);
+      if (!(var >= 1e-4 * (1 + mean * mean))) return false;
+    }
+    return true;
+  }
+
+  // torch.take_along_dim over random in-range indices (an integer tensor
+  // that is no gradient leaf): along one dim, x and the indices broadcasting
+  // over the others, or over both flattened.
+  Pair take_along(const Dims& target, int depth) {
+    Pair a, r;
+    naive::Value idx;
+    const bool flat = coin(0.25);
+    if (flat) {
+      a = gen(random_shape(3, 3), depth - 1);
+      idx.shape = {target.back()};
+      for (int64_t i = 0; i < target.back(); ++i) idx.v.push_back(static_cast<double>(uni(0, a.n.numel() - 1)));
+    } else {
+      const size_t ax = static_cast<size_t>(uni(0, static_cast<int64_t>(target.size()) - 1));
+      Dims xs = target;
+      xs[ax] = uni(1, 4);
+      idx.shape = target;
+      for (size_t d = 0; d < target.size(); ++d) {
+        if (d == ax) continue;
+        if (coin(0.2)) xs[d] = 1;
+        else if (coin(0.2)) idx.shape[d] = 1;
+      }
+      a = exact(xs, depth - 1);
+      for (int64_t i = 0; i < idx.numel(); ++i) idx.v.push_back(static_cast<double>(uni(0, xs[ax] - 1)));
+      r.n = naive::take_along_dim(a.n, idx, static_cast<int64_t>(ax));
+      const int64_t named = coin(0.3) ? static_cast<int64_t>(ax) - static_cast<int64_t>(target.size()) : static_cast<int64_t>(ax);
+      r.t = take_along_dim(a.t, index_tensor(idx), named);
+      r.desc = "take_along_dim(" + a.desc + "," + shape_str(idx.shape) + "," + std::to_string(named) + ")";
+      return finish(r, {&a});
+    }
+    r.n = idx;
+    for (auto& x : r.n.v) x = a.n.v[static_cast<size_t>(x)];
+    r.t = take_along_dim(a.t, index_tensor(idx));
+    r.desc = "take_along_dim(" + a.desc + "," + shape_str(idx.shape) + ")";
+    return finish(r, {&a});
+  }
+
+  Tensor index_tensor(const naive::Value& v) {
+    std::vector<int64_t> iv(v.v.begin(), v.v.end());
+    Tensor t = from_vector<int64_t>(iv, Shape{Dims(v.shape)});
+    return device.is_cpu() ? t : t.to(device);
   }
 
   std::mt19937_64 rng_;

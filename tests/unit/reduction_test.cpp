@@ -176,3 +176,71 @@ TEST_CASE("all() and any(), whole tensors and along a dim, empty ones included",
   Tensor y = ones({2, 2});
   CHECK(static_cast<bool>((y > 0).all()));
 }
+
+namespace {
+// The prod cases below, on one backend.
+void check_prod_values() {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  Tensor t = tensor({{1., 2., 3.}, {4., 5., 6.}});
+  CHECK(t.prod().dim() == 0);
+  CHECK(t.prod().item<double>() == 720);
+  CHECK(vals(t.prod(0)) == std::vector<double>{4, 10, 18});
+  CHECK(vals(t.prod(1)) == std::vector<double>{6, 120});
+  CHECK(vals(t.prod(-1)) == std::vector<double>{6, 120});
+  CHECK(vals(prod(t, 0, true)) == std::vector<double>{4, 10, 18});
+  CHECK(dims(prod(t, 0, true)) == std::vector<int64_t>{1, 3});
+  CHECK(dims(t.prod(1, true)) == std::vector<int64_t>{2, 1});
+  CHECK(dims(t.prod(1)) == std::vector<int64_t>{2});
+  CHECK(dims(cube().prod(1, true)) == std::vector<int64_t>{2, 1, 4});
+  // cube()[0, :, 1] is 1, 5, 9.
+  CHECK(vals(cube().prod(1))[1] == 45);
+  CHECK(prod(t).item<double>() == 720);
+  // Zeros and negatives: a zero anywhere in the row makes it 0.
+  Tensor z = tensor({{-1., 0., 2.}, {-3., -2., 0.5}});
+  CHECK(vals(z.prod(1)) == std::vector<double>{0, 3});
+  CHECK(vals(z.prod(0)) == std::vector<double>{3, 0, 1});
+  CHECK(z.prod().item<double>() == 0);
+  CHECK(tensor({-2., -3., -4.}).prod().item<double>() == -24);
+  // Integers and bools give int64, multiplied exactly (3^39 needs 62 bits: no
+  // double accumulator holds it).
+  Tensor i = tensor({{1, 2, 3}, {-4, 5, 6}});
+  CHECK(i.prod(1).dtype() == DType::i64);
+  CHECK(ivals(i.prod(1)) == std::vector<int64_t>{6, -120});
+  CHECK(i.prod().item<int64_t>() == -720);
+  CHECK(tensor({2, 3, 7}, DType::i32).prod().dtype() == DType::i64);
+  CHECK(tensor({2, 3, 7}, DType::i32).prod().item<int64_t>() == 42);
+  CHECK(full({39}, 3, DType::i64).prod().item<int64_t>() == 4052555153018976267LL);
+  Tensor b = tensor({{1, 1, 1}, {1, 0, 1}}) > 0;
+  CHECK(b.prod(1).dtype() == DType::i64);
+  CHECK(ivals(b.prod(1)) == std::vector<int64_t>{1, 0});
+  // An empty product is 1.
+  CHECK(zeros({0}).prod().item<double>() == 1);
+  CHECK(vals(zeros({0, 3}).prod(0)) == std::vector<double>{1, 1, 1});
+  CHECK(vals(zeros({2, 0}).prod(1, true)) == std::vector<double>{1, 1});
+  CHECK(dims(zeros({2, 0}).prod(1, true)) == std::vector<int64_t>{2, 1});
+  CHECK(zeros({0}, DType::i64).prod().item<int64_t>() == 1);
+  // A 0-d tensor is its own product.
+  CHECK(full({}, 4.0).prod().item<double>() == 4);
+  CHECK(full({}, 4.0).prod(0).item<double>() == 4);
+  // NaN propagates; inf * 0 is NaN.
+  CHECK(std::isnan(from_vector<double>({1, nan, 2}, {3}).prod().item<double>()));
+  CHECK(std::isnan(from_vector<double>({inf, 0}, {2}).prod().item<double>()));
+  // Halves are multiplied in f32 and stored back.
+  Tensor h = tensor({1.5, 2.0, -4.0}).to(DType::f16);
+  CHECK(h.prod().dtype() == DType::f16);
+  CHECK(h.prod().item<double>() == -12);
+  CHECK(tensor({1.5, 2.0, -4.0}).to(DType::bf16).prod().item<double>() == -12);
+  // Views and lazy producers.
+  CHECK(vals(t.t().prod(1)) == std::vector<double>{4, 10, 18});
+  CHECK(vals(Tensor(t * 2).prod(1)) == std::vector<double>{48, 960});
+  CHECK(vals((t * 2).prod(1, true)) == std::vector<double>{48, 960});  // on an expression
+  CHECK((t * 2).prod().item<double>() == 46080);
+  CHECK(vals(grid().slice(1, 1, 4, 2).prod(1)) == std::vector<double>{3, 35, 99});
+}
+}  // namespace
+
+TEST_CASE("prod over everything and along a dim, as torch.prod", "[reduce]") {
+  check_prod_values();
+  BackendOverride ref(ref_backend());
+  check_prod_values();
+}
