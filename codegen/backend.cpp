@@ -5,17 +5,45 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <string>
 
-#include "codegen/cpu/cpu_backend.h"
-#include "codegen/cuda/cuda_backend.h"
 #include "runtime/errors.h"
 
 namespace tessel {
 namespace {
-Backend* g_compiled_cpu = nullptr;
 thread_local Backend* t_override = nullptr;
 std::atomic<std::uint64_t> g_ref_realizations{0};
+
+// The registered backends. They register from static initializers in other
+// files, which run in no fixed order: the registry is made on first use, and
+// `version` tells a cached choice that a backend registered after it.
+struct Registry {
+  std::mutex mu;
+  std::vector<BackendInfo> backends;
+  std::atomic<std::uint64_t> version{0};
+};
+Registry& registry() {
+  static Registry* r = [] {
+    detail::link_backends();  // so that a program linking this file links every backend
+    return new Registry;      // never destroyed: threads may realize at exit
+  }();
+  return *r;
+}
+
+// The backend of device kind `kind` named `name`, else the highest-ranked one.
+std::optional<BackendInfo> find_backend(Device::Kind kind, std::string_view name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> l(r.mu);
+  std::optional<BackendInfo> best;
+  for (const BackendInfo& b : r.backends) {
+    if (b.device != kind) continue;
+    if (!name.empty() && b.name == name) return b;
+    if (!best || b.rank > best->rank) best = b;
+  }
+  return best;
+}
 
 // Copies `src` (same shape and dtype as dst) into dst's strided memory.
 void strided_copy(const ir::BufferView& dst, const ir::BufferView& src, DType dt, const Shape& shape) {
@@ -69,7 +97,12 @@ void strided_copy(const ir::BufferView& dst, const ir::BufferView& src, DType dt
 RefStats ref_stats() { return {g_ref_realizations.load(std::memory_order_relaxed)}; }
 void detail::count_ref_realization() { g_ref_realizations.fetch_add(1, std::memory_order_relaxed); }
 
-void register_cpu_backend(Backend* b) { g_compiled_cpu = b; }
+void register_backend(const BackendInfo& info) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> l(r.mu);
+  r.backends.push_back(info);
+  r.version.fetch_add(1, std::memory_order_release);
+}
 
 Backend& cpu_backend() {
   if (t_override) return *t_override;
@@ -77,15 +110,29 @@ Backend& cpu_backend() {
     const char* e = std::getenv("TESSEL_BACKEND");
     return std::string(e ? e : "");
   }();
-  // Referencing the compiled backend links it in (it registers itself at
-  // start-up); null in a build without LLVM.
-  static Backend* const compiled = cpu_jit_backend();
-  if (!g_compiled_cpu) g_compiled_cpu = compiled;
-  if (choice == "ref" || !g_compiled_cpu) return ref_backend();
-  return *g_compiled_cpu;
+  // Chosen once per thread, without a lock on later calls, and again once
+  // another backend has registered: a realization made while static
+  // initializers run may come before some backends have. Until a CPU backend
+  // registers, the interpreter computes.
+  struct Choice {
+    std::uint64_t version = ~std::uint64_t{0};
+    Backend* backend = nullptr;
+  };
+  thread_local Choice chosen;
+  const std::uint64_t version = registry().version.load(std::memory_order_acquire);
+  if (chosen.version != version) {
+    std::optional<BackendInfo> b = find_backend(Device::Kind::cpu, choice);
+    chosen = {version, b ? &b->get(0) : &ref_backend()};
+  }
+  return *chosen.backend;
 }
 
-Backend& backend_for(Device d) { return d.is_cpu() ? cpu_backend() : cuda_backend(d.index); }
+Backend& backend_for(Device d) {
+  if (d.is_cpu()) return cpu_backend();
+  std::optional<BackendInfo> b = find_backend(d.kind, {});
+  if (!b) throw InternalError(fmt::format("no backend computes on {} in this build of tessel", d.str()));
+  return b->get(d.index);
+}
 
 void Backend::copy_into(const ir::BufferView& dst, const ir::BufferView& src, DType t, const Shape& s) {
   if (src.storage == dst.storage && src.offset == dst.offset && src.strides == dst.strides) return;  // x.copy_(x)

@@ -1,6 +1,7 @@
 // A backend realizes IR: given roots, it computes each one's value and sets
-// its buffer. The ref interpreter is always there; compiled backends register
-// themselves and are chosen by TESSEL_BACKEND (ref | cpu | cuda) or by default.
+// its buffer. Backends register themselves (BackendRegistration, below), so
+// backend.cpp and the DSL include none of their headers; the one for CPU
+// tensors is chosen by TESSEL_BACKEND (ref | cpu) or is the best one built.
 #pragma once
 
 #include <cstdint>
@@ -74,13 +75,46 @@ ir::BufferView host_dense(DType t, const Shape& s);
 /// values, so the real node keeps its laziness.
 ir::BufferView eval_with_ref(const ir::Node& n, const std::vector<ir::BufferView>& args);
 
-/// The backend for CPU tensors: TESSEL_BACKEND, else the best one built.
+/// A backend as it registers itself: its name, the kind of device whose
+/// values it computes, its rank among the backends of that kind (the highest
+/// is the default) and how to get its instance for device `index`.
+struct BackendInfo {
+  std::string_view name;  // what TESSEL_BACKEND names: "ref", "cpu", ...
+  Device::Kind device = Device::Kind::cpu;
+  int rank = 0;
+  Backend& (*get)(int index) = nullptr;
+};
+/// Adds a backend to the registry (BackendRegistration calls it).
+void register_backend(const BackendInfo& info);
+
+/// Registers a backend while the program starts, from a namespace-scope
+/// object in the backend's own .cpp:
+///
+///   const BackendRegistration registration{{"cpu", Device::Kind::cpu, 1, [](int) -> Backend& { return instance(); }}};
+///
+/// A static archive member that nothing refers to is left out of a program,
+/// its registration with it: each backend's .cpp also has an anchor,
+///
+///   TESSEL_BACKEND_ANCHOR(cpu)
+///
+/// an empty function that the registry calls through link_backends()
+/// (codegen/backends_linked.cpp), so the object and its registration stay.
+struct BackendRegistration {
+  explicit BackendRegistration(const BackendInfo& info) { register_backend(info); }
+};
+#define TESSEL_BACKEND_ANCHOR(name) \
+  extern "C" void tessel_backend_anchor_##name() {}
+namespace detail {
+void link_backends();  // calls every backend's anchor (backends_linked.cpp)
+}
+
+/// The backend for CPU tensors: the registered CPU backend TESSEL_BACKEND
+/// names, else the highest-ranked one.
 Backend& cpu_backend();
-/// Installs the compiled CPU backend (called by the JIT at start-up).
-void register_cpu_backend(Backend* b);
 /// The backend that computes values living on `d`: cpu_backend() for the
-/// CPU, the CUDA backend of that GPU for gpu(i). Realization, in-place writes
-/// and transfers go through it, so the DSL names no concrete backend.
+/// CPU, the highest-ranked backend of that device kind (the CUDA backend of
+/// that GPU for gpu(i)). Realization, in-place writes and transfers go
+/// through it, so the DSL names no concrete backend.
 ///
 ///   backend_for(x.device()).realize({x.node()}, false);
 Backend& backend_for(Device d);

@@ -8,7 +8,7 @@
 #include "codegen/backend.h"
 #include "codegen/grad_mode.h"
 #include "dsl/nn/parameter.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/trace.h"
 
 namespace tessel::aot {
 

@@ -212,7 +212,7 @@ struct KernelCacheStats {
 /// The folder is `TESSEL_CACHE_DIR`, else `$HOME/.cache/tessel`, created on
 /// first use; if it cannot be created or written, the cache keeps working in
 /// memory only and says so once on stderr. `TESSEL_TRACE=jit` logs hits,
-/// misses and compile times to stderr.
+/// misses and compile times to stderr (runtime/trace.h).
 ///
 ///   KernelCache cache;                       // or KernelCache::global()
 ///   auto obj = cache.get_or_compile(key, [&] { return compile_to_object(m); });
@@ -344,12 +344,5 @@ class KernelCache {
   std::atomic<std::uint64_t> memory_hits_{0}, disk_hits_{0}, misses_{0}, compiles_{0},
       corrupt_{0}, disk_writes_{0}, disk_write_failures_{0};
 };
-
-namespace detail {
-/// Whether TESSEL_TRACE (a comma-separated list) names `topic`, e.g. "jit".
-bool trace_enabled(std::string_view topic);
-/// One line to stderr, prefixed "[tessel:<topic>] ".
-void trace_line(std::string_view topic, std::string_view message);
-}  // namespace detail
 
 }  // namespace tessel

@@ -50,6 +50,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include "runtime/errors.h"
+#include "runtime/trace.h"
 
 namespace tessel {
 
@@ -287,6 +288,7 @@ struct OrcJit::Impl {
   std::shared_ptr<KernelCache> cache_owner;
   KernelCache* cache = nullptr;
   std::optional<llvm::orc::JITTargetMachineBuilder> jtmb;
+  llvm::CodeGenOpt::Level codegen_level = llvm::CodeGenOpt::Default;  // jtmb's
   std::unique_ptr<llvm::orc::LLJIT> jit;
   VectorMath vecmath = VectorMath::none;
   VecTable vectable;
@@ -328,6 +330,9 @@ struct OrcJit::Impl {
   }
   // `phases`, if given, gets the target machine, optimize and codegen times.
   std::vector<char> compile_object(llvm::Module& m, OrcJitStats* phases = nullptr);
+  // The pipeline and code generation, for `tm`; `phases` as above.
+  std::vector<char> compile_object(llvm::Module& m, llvm::TargetMachine& tm, OrcJitStats* phases);
+  std::unique_ptr<llvm::TargetMachine> object_target_machine(const ObjectTarget& target) const;
   JitKernel obtain(const KernelKey& key, std::string_view symbol,
                    const std::function<ModulePair()>& produce);
 };
@@ -348,8 +353,8 @@ OrcJit::OrcJit(OrcJitOptions options) : impl_(std::make_unique<Impl>()) {
   static constexpr llvm::CodeGenOpt::Level kLevels[] = {
       llvm::CodeGenOpt::None, llvm::CodeGenOpt::Less, llvm::CodeGenOpt::Default,
       llvm::CodeGenOpt::Aggressive};
-  I.jtmb->setCodeGenOptLevel(I.opts.lean && I.opts.opt_level >= 2 ? llvm::CodeGenOpt::Default
-                                                                    : kLevels[I.opts.opt_level]);
+  I.codegen_level = I.opts.lean && I.opts.opt_level >= 2 ? llvm::CodeGenOpt::Default : kLevels[I.opts.opt_level];
+  I.jtmb->setCodeGenOptLevel(I.codegen_level);
   // Code model and relocations stay at LLVM's JIT defaults (large code model):
   // the objects we cache are linked wherever the JIT's memory manager puts
   // them, possibly far from the libraries they call.
@@ -452,6 +457,32 @@ std::vector<char> OrcJit::compile_object(llvm::Module& module) {
   return impl_->compile_object(module);
 }
 
+std::vector<char> OrcJit::compile_object(llvm::Module& module, const ObjectTarget& target) {
+  return impl_->compile_object(module, *impl_->object_target_machine(target), nullptr);
+}
+
+// Not one of the JIT's target machines: those use the large code model and
+// static relocations (JIT memory may sit far from the libraries it calls),
+// and an object for ordinary executables needs neither.
+std::unique_ptr<llvm::TargetMachine> OrcJit::Impl::object_target_machine(const ObjectTarget& target) const {
+  const std::string triple = llvm::sys::getProcessTriple();
+  std::string err;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!t) throw CompileError(fmt::format("CPU JIT: no LLVM target for {}: {}", triple, err));
+  std::string cpu = target.cpu, features;
+  if (cpu == "host") {
+    cpu = llvm::sys::getHostCPUName().str();
+    llvm::StringMap<bool> host;
+    llvm::sys::getHostCPUFeatures(host);
+    for (const auto& f : host) features += (features.empty() ? "" : ",") + std::string(f.second ? "+" : "-") + f.first().str();
+  }
+  std::unique_ptr<llvm::TargetMachine> tm(t->createTargetMachine(triple, cpu, features, llvm::TargetOptions(),
+                                                                 llvm::Reloc::PIC_, llvm::CodeModel::Small,
+                                                                 codegen_level));
+  if (!tm) throw CompileError(fmt::format("CPU JIT: cannot make a target machine for {} / {}", triple, cpu));
+  return tm;
+}
+
 std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m, OrcJitStats* phases) {
   auto t0 = Clock::now();
   std::unique_ptr<llvm::TargetMachine> tm = borrow_tm();
@@ -461,9 +492,13 @@ std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m, OrcJitStats* pha
     ~GiveBack() { self->give_back(std::move(tm)); }
   } give_back_at_exit{this, tm};
   if (phases) phases->target_machine_ms_total = ms_since(t0);
-  t0 = Clock::now();
-  m.setDataLayout(tm->createDataLayout());
-  m.setTargetTriple(tm->getTargetTriple().str());
+  return compile_object(m, *tm, phases);
+}
+
+std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m, llvm::TargetMachine& tm, OrcJitStats* phases) {
+  auto t0 = Clock::now();
+  m.setDataLayout(tm.createDataLayout());
+  m.setTargetTriple(tm.getTargetTriple().str());
 
   {
     std::string msg;
@@ -503,7 +538,7 @@ std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m, OrcJitStats* pha
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm.get(), pto);
+    llvm::PassBuilder pb(&tm, pto);
     fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
@@ -554,7 +589,7 @@ std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m, OrcJitStats* pha
     llvm::raw_svector_ostream os(buffer);
     llvm::legacy::PassManager cg;
     cg.add(new llvm::TargetLibraryInfoWrapperPass(tlii));
-    if (tm->addPassesToEmitFile(cg, os, nullptr, llvm::CGFT_ObjectFile))
+    if (tm.addPassesToEmitFile(cg, os, nullptr, llvm::CGFT_ObjectFile))
       throw CompileError("CPU JIT: the target cannot emit object files");
     cg.run(m);
   }

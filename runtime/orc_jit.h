@@ -148,6 +148,20 @@ class OrcJit {
   /// touching the cache or the JIT (for ahead-of-time tools and tests).
   std::vector<char> compile_object(llvm::Module& module);
 
+  /// The CPU an object from compile_object(module, target) is for.
+  struct ObjectTarget {
+    /// "host": this machine's CPU name and features; else an LLVM CPU name
+    /// ("x86-64-v3") with that CPU's own features, for a portable object.
+    std::string cpu = "host";
+  };
+  /// The same pipeline for an object linked into ordinary (PIE) executables
+  /// and shared libraries rather than into the JIT: position-independent code
+  /// with the small code model, for `target`'s CPU. Ahead-of-time export uses
+  /// it, so its kernels are optimized exactly as this JIT's options say.
+  ///
+  ///   std::vector<char> o = jit.compile_object(*module, {.cpu = "x86-64-v3"});
+  std::vector<char> compile_object(llvm::Module& module, const ObjectTarget& target);
+
   /// The options string folded into make_key, e.g. "O3;veclib=sleef;fast=0;vw=0".
   const std::string& options_string() const;
   /// The vector math library actually in use (automatic resolved).

@@ -14,6 +14,7 @@ pkgs=(
   catch2                # tests
   llvm-15-dev           # CPU JIT (ORC); optional at configure time
   libopenblas-dev       # matmul
+  libdnnl-dev           # convolutions on CPU (oneDNN); optional at configure time
   libxxhash-dev         # kernel keys and checksums
   libgloo-dev           # collectives for distributed training (CPU)
   nlohmann-json3-dev    # safetensors headers, manifests

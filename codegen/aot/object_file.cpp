@@ -7,25 +7,13 @@
 #include "runtime/errors.h"
 
 #if TESSEL_HAS_LLVM
-#include <llvm/ADT/StringMap.h>
-#include <llvm/Analysis/TargetLibraryInfo.h>
-#include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
 #include <llvm/Linker/Linker.h>
-#include <llvm/MC/TargetRegistry.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/Host.h>
-#include <llvm/Support/TargetSelect.h>
-#include <llvm/Support/raw_ostream.h>
-#include <llvm/Target/TargetMachine.h>
-#include <llvm/Target/TargetOptions.h>
-
-#include <mutex>
 
 #include "codegen/cpu/llvm_emitter.h"
+#include "runtime/orc_jit.h"
 #endif
 
 namespace tessel::aot {
@@ -42,79 +30,39 @@ CpuObject compile_cpu_object(const std::vector<std::pair<const kir::Kernel*, std
 
 bool cpu_objects_available() { return true; }
 
+namespace {
+// The CPU JIT's compiler at O3 with its full pipeline (not the lean one),
+// without a vector math library or fast math, so the results equal the JIT's
+// and the ref interpreter's. It only compiles: nothing is linked or cached.
+OrcJit& aot_compiler() {
+  static OrcJit jit([] {
+    KernelCache::Options memory_only;
+    memory_only.use_disk = false;
+    OrcJitOptions o;
+    o.cache = std::make_shared<KernelCache>(memory_only);
+    o.opt_level = 3;
+    o.vector_math = VectorMath::none;
+    o.lean = false;
+    return o;
+  }());
+  return jit;
+}
+}  // namespace
+
 CpuObject compile_cpu_object(const std::vector<std::pair<const kir::Kernel*, std::string>>& kernels,
                              const std::string& cpu) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
-  const std::string triple = llvm::sys::getProcessTriple();
-  std::string err;
-  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, err);
-  if (!target) throw CompileError(fmt::format("aot: no LLVM target for {}: {}", triple, err));
-  std::string cpu_name = cpu, features;
-  if (cpu == "host") {
-    cpu_name = llvm::sys::getHostCPUName().str();
-    llvm::StringMap<bool> host;
-    llvm::sys::getHostCPUFeatures(host);
-    for (const auto& f : host) features += (features.empty() ? "" : ",") + std::string(f.second ? "+" : "-") + f.first().str();
-  }
-  llvm::TargetOptions to;
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple, cpu_name, features, to, llvm::Reloc::PIC_, llvm::CodeModel::Small, llvm::CodeGenOpt::Aggressive));
-  if (!tm) throw CompileError(fmt::format("aot: cannot make a target machine for {} / {}", triple, cpu_name));
-
+  OrcJit& jit = aot_compiler();
   llvm::LLVMContext ctx;
   auto all = std::make_unique<llvm::Module>("tessel_aot", ctx);
-  all->setDataLayout(tm->createDataLayout());
-  all->setTargetTriple(triple);
   llvm::Linker linker(*all);
   for (const auto& [k, symbol] : kernels) {
-    std::unique_ptr<llvm::Module> m = cpujit::emit_llvm(*k, symbol, ctx);
-    m->setDataLayout(tm->createDataLayout());
-    m->setTargetTriple(triple);
-    if (linker.linkInModule(std::move(m)))
+    if (linker.linkInModule(cpujit::emit_llvm(*k, symbol, ctx)))
       throw CompileError(fmt::format("aot: linking the module of kernel '{}' failed", symbol));
   }
-  {
-    std::string msg;
-    llvm::raw_string_ostream os(msg);
-    if (llvm::verifyModule(*all, &os)) throw CompileError(fmt::format("aot: invalid LLVM module (an emitter bug):\n{}", os.str()));
-  }
-
-  // The CPU JIT's pipeline (runtime/orc_jit.cpp) at O3 without a vector math table.
-  llvm::TargetLibraryInfoImpl tlii{llvm::Triple(triple)};
-  {
-    llvm::PipelineTuningOptions pto;
-    pto.LoopVectorization = pto.SLPVectorization = pto.LoopUnrolling = pto.LoopInterleaving = true;
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm.get(), pto);
-    fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-    mpm.run(*all, mam);
-  }
-  llvm::SmallVector<char, 0> buffer;
-  {
-    llvm::raw_svector_ostream os(buffer);
-    llvm::legacy::PassManager cg;
-    cg.add(new llvm::TargetLibraryInfoWrapperPass(tlii));
-    if (tm->addPassesToEmitFile(cg, os, nullptr, llvm::CGFT_ObjectFile))
-      throw CompileError("aot: the target cannot emit object files");
-    cg.run(*all);
-  }
   CpuObject out;
-  out.bytes.assign(buffer.begin(), buffer.end());
-  out.target = triple + ";" + cpu_name;
-  out.compiler = "LLVM " LLVM_VERSION_STRING;
+  out.bytes = jit.compile_object(*all, {.cpu = cpu});  // sets the module's target and data layout
+  out.target = all->getTargetTriple() + ";" + (cpu == "host" ? llvm::sys::getHostCPUName().str() : cpu);
+  out.compiler = llvm_version();
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "codegen/blas/gemm.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/executor.h"
+#include "codegen/kernel_ir_verifier.h"
 #include "codegen/schedule.h"
 #include "runtime/cuda/cublas.h"
 #include "runtime/cuda/device_allocator.h"
@@ -21,6 +22,7 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/precompiled_kernels.h"
 #include "runtime/storage.h"
+#include "runtime/trace.h"
 #include "tessel/config.h"
 
 namespace tessel {
@@ -48,6 +50,7 @@ void copy_into(Executor& ex, const BufferView& dst, const BufferView& src, DType
     from = exec::dense_copy(ex, t, s, src);
   }
   lower::Lowered l = lower::lower_copy(t, s, from, dst);
+  kir::check_lowering(l);
   lower::coalesce(l);
   ex.launch(l);
 }
@@ -423,6 +426,7 @@ BufferView dense_on_device(const BufferView& v, DType t, const Shape& s, int ord
   DeviceExecutor ex(ordinal);
   BufferView out = ex.alloc(t, s);
   lower::Lowered l = lower::lower_copy(t, s, v, out);
+  kir::check_lowering(l);
   lower::coalesce(l);
   ex.launch(l);
   return out;
@@ -554,5 +558,8 @@ namespace tessel {
 namespace {
 // Storage on GPUs works from the start (empty(s, gpu(0)) needs no computation first).
 const bool g_hooks_installed = (install_cuda_storage_hooks(), true);
+// What backend_for(gpu(i)) returns.
+const BackendRegistration g_registration{{"cuda", Device::Kind::cuda, 0, [](int i) -> Backend& { return cuda_backend(i); }}};
 }  // namespace
+TESSEL_BACKEND_ANCHOR(cuda)
 }  // namespace tessel

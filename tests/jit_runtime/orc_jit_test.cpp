@@ -506,6 +506,19 @@ TEST_CASE("the lean pipeline vectorizes unit-stride loops and leaves run-time st
   }
 }
 
+TEST_CASE("compile_object for an ObjectTarget writes a relocatable object and links nothing", "[jit][orc]") {
+  TempDir d;
+  OrcJit jit(options_in(d, VectorMath::none));
+  llvm::LLVMContext ctx;
+  auto m = axpy_module(ctx);
+  std::vector<char> obj = jit.compile_object(*m, {.cpu = "host"});
+  REQUIRE(obj.size() > 64);
+  CHECK(std::string(obj.data(), 4) == "\x7f" "ELF");
+  CHECK(obj[16] == 1);  // e_type ET_REL (little-endian): a relocatable object
+  CHECK_FALSE(m->getTargetTriple().empty());  // set for the target, as the JIT's own compiles do
+  CHECK(jit.linked_kernels() == 0);
+}
+
 TEST_CASE("threads compiling different kernels at once each get a working kernel", "[jit][orc]") {
   // Concurrent compiles borrow separate target machines; each comes back for reuse.
   TempDir d;

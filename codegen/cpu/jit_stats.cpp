@@ -1,0 +1,43 @@
+#include "codegen/cpu/jit_stats.h"
+
+#include "codegen/cpu/kernel_table.h"
+#include "tessel/config.h"
+
+namespace tessel {
+
+namespace cpujit {
+AtomicStats g_stats;
+#if !TESSEL_HAS_LLVM
+std::uint64_t jit_kernels_linked() { return 0; }  // no JIT, no kernels
+#endif
+}  // namespace cpujit
+
+using cpujit::g_stats;
+using cpujit::jit_kernels_linked;
+
+CpuJitStats cpu_jit_stats() {
+  constexpr auto r = std::memory_order_relaxed;
+  CpuJitStats s;
+  s.realizations = g_stats.realizations.load(r);
+  s.kernels_launched = g_stats.kernels_launched.load(r);
+  s.kernels_compiled = g_stats.kernels_compiled.load(r);
+  s.kernels_from_disk = g_stats.kernels_from_disk.load(r);
+  s.matmuls = g_stats.matmuls.load(r);
+  s.matmul_epilogues = g_stats.matmul_epilogues.load(r);
+  s.fallbacks = g_stats.fallbacks.load(r);
+  s.code_drops = g_stats.code_drops.load(r);
+  s.kernels_linked = jit_kernels_linked();
+  s.views = g_stats.views.load(r);
+  s.compile_ms = g_stats.compile_ms.load(r);
+  return s;
+}
+void reset_cpu_jit_stats() {
+  constexpr auto r = std::memory_order_relaxed;
+  for (auto* c : {&g_stats.realizations, &g_stats.kernels_launched, &g_stats.kernels_compiled,
+                  &g_stats.kernels_from_disk, &g_stats.matmuls, &g_stats.matmul_epilogues, &g_stats.fallbacks,
+                  &g_stats.views, &g_stats.code_drops})
+    c->store(0, r);
+  g_stats.compile_ms.store(0, r);
+}
+
+}  // namespace tessel

@@ -1,0 +1,111 @@
+// The CPU backend's plan cache.
+//
+// A loop realizes DAGs of the same form again and again. Scheduling and
+// lowering one again costs microseconds -- far more than launching a small
+// kernel -- so a realization made of fused kernels only is recorded as a plan:
+// per kernel the compiled function, its launch arguments, and where each
+// buffer comes from. The key holds everything scheduling and lowering read
+// (ops, dtypes, shapes, attributes, the DAG's sharing, which nodes need
+// gradients, leaves' offsets and strides and which leaves share storage,
+// which constants are equal), so a hit replays exactly the launches a fresh
+// schedule would make; only constant values, read from the nodes, and the
+// storages differ.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "codegen/backend.h"
+#include "codegen/cpu/jit_code_lifetime.h"
+#include "codegen/cpu/llvm_emitter.h"
+#include "codegen/ir.h"
+#include "codegen/kernel_ir.h"
+#include "codegen/lower.h"
+
+namespace tessel::cpujit {
+
+constexpr size_t kMaxPlanNodes = 64;  // larger DAGs take the general path
+constexpr size_t kMaxPlans = 4096;    // beyond this, new forms are not planned
+
+// What one launch did, for the plan cache: the kernel, its arguments and the
+// storages it read and wrote.
+struct Recorded {
+  cpujit::KernelFn* fn;
+  cpujit::EmitOptions variant;
+  const ir::Node* node;  // null for copies
+  lower::Lowered l;
+};
+
+struct PlanStep {
+  cpujit::KernelFn* fn = nullptr;                       // from the plan's code generation
+  cpujit::EmitOptions variant;                          // to find fn again in a later one
+  kir::Kernel kernel;                                   // for the launch shape (rank, slots)
+  std::vector<int64_t> args;                            // as recorded
+  std::vector<std::pair<uint32_t, uint32_t>> consts;    // (argument index, node with that constant's value)
+  std::vector<int32_t> bufs;                            // per param: node index (>= 0) or step output -1 - s
+  int64_t rows = 0;
+  size_t nbytes = 0;                                    // dense output
+};
+
+struct Plan {
+  std::vector<int64_t> key;
+  bool replayable = false;
+  std::vector<PlanStep> steps;
+  std::vector<std::tuple<uint32_t, uint32_t, Strides>> sets;  // (node, step, strides): the node's buffer
+};
+
+// Plans of the current code generation; dropped with the code they call.
+struct PlanCache {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::unique_ptr<Plan>> plans;  // by key hash; a colliding key is not planned
+};
+PlanCache& plan_cache();
+/// Hands the plans to `g`, to be freed with the code they call.
+void drop_plans(Garbage& g);
+
+// The DAG below the roots in post-order (stopping at realized nodes, as the
+// topo pass does) and its key. Thread-local scratch: no allocation per call.
+struct Walk {
+  std::vector<ir::Node*> order;
+  std::vector<std::pair<ir::Node*, size_t>> stack;
+  std::vector<int64_t> key;
+
+  int index_of(const ir::Node* n) const {
+    for (size_t i = order.size(); i-- > 0;)
+      if (order[i] == n) return static_cast<int>(i);
+    return -1;
+  }
+  bool seen(const ir::Node* n) const {
+    if (index_of(n) >= 0) return true;
+    for (auto& [m, next] : stack)
+      if (m == n) return true;
+    return false;
+  }
+
+  // False when the DAG is too large to plan.
+  bool build(const std::vector<ir::NodePtr>& roots, bool keep_grad_values);
+};
+
+// A plan from a recorded realization; replayable stays false when some
+// buffer or constant cannot be traced back to the DAG.
+void make_plan(Plan& P, const std::vector<ir::Node*>& order, const std::vector<bool>& was_realized,
+               const std::vector<Recorded>& rec);
+
+/// Replays plan `P` over `order`, the walk of a DAG with P's key: its
+/// kernels run on the DAG's leaves and constants and set the nodes P sets.
+void replay(const Plan& P, const std::vector<ir::Node*>& order);
+
+/// A replay of plan `P` over a caller's leaves (realize_recorded), or null
+/// unless the one node P sets is `root` and every buffer it reads is one of
+/// `leaves`. `w` is the walk whose key found P, `gen` the code generation
+/// of P's kernels.
+std::unique_ptr<LeafReplay> leaf_replay(const Plan& P, std::uint64_t gen, const Walk& w, const ir::NodePtr& root,
+                                        const std::vector<ir::NodePtr>& leaves);
+
+}  // namespace tessel::cpujit
