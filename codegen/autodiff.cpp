@@ -216,6 +216,15 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::Expand: return {unexpand(g, a[0]->shape)};
     case Op::MatMul:
       return {ir::matmul(g, last_two_transposed(a[1])), ir::matmul(last_two_transposed(a[0]), g)};
+    // The three convolution nodes are bilinear and each one's partial
+    // derivatives are the other two (so any order of derivative exists):
+    // y = conv(x, w): dx = grad_input(g, w), dw = grad_weight(x, g).
+    case Op::Conv:
+      return {ir::conv_grad_input(g, a[1], n.conv(), a[0]->shape), ir::conv_grad_weight(a[0], g, n.conv(), a[1]->shape)};
+    // gx = grad_input(gy, w): d gy = conv(g, w), d w = grad_weight(g, gy).
+    case Op::ConvGradInput: return {ir::conv(g, a[1], n.conv()), ir::conv_grad_weight(g, a[0], n.conv(), a[1]->shape)};
+    // gw = grad_weight(x, gy): d x = grad_input(gy, g), d gy = conv(x, g).
+    case Op::ConvGradWeight: return {ir::conv_grad_input(a[1], g, n.conv(), a[0]->shape), ir::conv(a[0], g, n.conv())};
     case Op::Slice: return {unslice(g, n)};
     case Op::Pad: return {unpad(g, n), nullptr};
     case Op::Cat: return uncat(g, n);
@@ -310,6 +319,8 @@ std::string grad_fn_name(const ir::Node& n) {
   if (n.op == Op::Permute) return n.shape.rank() == 2 ? "TBackward0" : "PermuteBackward0";
   if (n.op == Op::Cast) return "ToCopyBackward0";
   if (n.op == Op::MatMul) return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
+  if (n.op == Op::Conv) return "ConvolutionBackward0";
+  if (n.op == Op::ConvGradInput || n.op == Op::ConvGradWeight) return "ConvolutionBackwardBackward0";
   if (n.op == Op::Pow) return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
   if (n.op == Op::Log1p) return "Log1PBackward0";
   if (n.op == Op::Pad) return "ConstantPadNdBackward0";

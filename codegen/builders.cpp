@@ -417,4 +417,46 @@ NodePtr matmul(NodePtr a, NodePtr b) {
   return reshape(std::move(r), std::move(out));
 }
 
+namespace {
+
+// The three convolution nodes: the DSL (dsl/convolution.cpp) checks the
+// user's shapes and options and names the op; here they are invariants.
+NodePtr conv_node(Op op, NodePtr a, NodePtr b, Shape out, const ConvAttrs& attrs) {
+  TESSEL_ASSERT("builders", a->shape.rank() == 4 && b->shape.rank() == 4 && out.rank() == 4 && a->dtype == b->dtype &&
+                                is_floating(a->dtype) && attrs.groups >= 1);
+  if (is_half(a->dtype)) {
+    DType h = a->dtype;
+    return cast(conv_node(op, cast(std::move(a), DType::f32), cast(std::move(b), DType::f32), std::move(out), attrs), h);
+  }
+  DType dt = a->dtype;
+  NodePtr n = make(op, dt, std::move(out), {std::move(a), std::move(b)});
+  n->attrs = attrs;
+  return n;
+}
+
+}  // namespace
+
+Shape conv_output_shape(const Shape& x, const Shape& w, const ConvAttrs& a) {
+  std::vector<int64_t> out{x[0], w[0], 0, 0};
+  for (size_t d = 0; d < 2; ++d) {
+    const int64_t span = a.dilation[d] * (w.dims[2 + d] - 1) + 1;
+    out[2 + d] = (x.dims[2 + d] + a.pad_before[d] + a.pad_after[d] - span) / a.stride[d] + 1;
+  }
+  return Shape(std::move(out));
+}
+
+NodePtr conv(NodePtr x, NodePtr w, const ConvAttrs& attrs) {
+  Shape out = conv_output_shape(x->shape, w->shape, attrs);
+  TESSEL_ASSERT("builders", x->shape[1] == w->shape[1] * attrs.groups && out[2] > 0 && out[3] > 0);
+  return conv_node(Op::Conv, std::move(x), std::move(w), std::move(out), attrs);
+}
+
+NodePtr conv_grad_input(NodePtr gy, NodePtr w, const ConvAttrs& attrs, Shape input) {
+  return conv_node(Op::ConvGradInput, std::move(gy), std::move(w), std::move(input), attrs);
+}
+
+NodePtr conv_grad_weight(NodePtr x, NodePtr gy, const ConvAttrs& attrs, Shape weight) {
+  return conv_node(Op::ConvGradWeight, std::move(x), std::move(gy), std::move(weight), attrs);
+}
+
 }  // namespace tessel::ir

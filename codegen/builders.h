@@ -50,6 +50,15 @@ NodePtr gather(NodePtr x, NodePtr idx, int64_t axis);
 NodePtr scatter_add(NodePtr src, NodePtr idx, int64_t axis, Shape shape);
 /// torch.matmul semantics: 1-D operands, 2-D, batched with broadcast batch dims.
 NodePtr matmul(NodePtr a, NodePtr b);
+/// 2-D convolution of x [n, c, h, w] with w [o, c / groups, kh, kw] (the DSL's
+/// conv2d checks shapes and options first; codegen/conv_geometry.h).
+NodePtr conv(NodePtr x, NodePtr w, const ConvAttrs& attrs);
+/// A convolution's output shape: [n, o, oh, ow].
+Shape conv_output_shape(const Shape& x, const Shape& w, const ConvAttrs& attrs);
+/// The input gradient of conv(x, w) from its output gradient gy; `input` is x's shape.
+NodePtr conv_grad_input(NodePtr gy, NodePtr w, const ConvAttrs& attrs, Shape input);
+/// The weight gradient of conv(x, w) from gy; `weight` is w's shape.
+NodePtr conv_grad_weight(NodePtr x, NodePtr gy, const ConvAttrs& attrs, Shape weight);
 
 /// The broadcast of two shapes; ShapeError naming `op` and both shapes if they do not broadcast.
 Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b);

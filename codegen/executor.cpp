@@ -131,6 +131,9 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
         values[e] = std::move(out);
         break;
       }
+      case sched::StepKind::Conv:
+        values[n] = ex.conv(*n, arg_values(n));
+        break;
       case sched::StepKind::Fallback:
         values[n] = ex.host_eval(*n, arg_values(n));
         break;

@@ -37,6 +37,9 @@ class StepExecutor {
   virtual ir::BufferView host_eval(const ir::Node& n, const std::vector<ir::BufferView>& args) = 0;
   /// A matmul's value.
   virtual ir::BufferView matmul(const ir::Node& n, const std::vector<ir::BufferView>& args) { return host_eval(n, args); }
+  /// A convolution node's value (Conv, ConvGradInput, ConvGradWeight); the
+  /// default is the ref loops.
+  virtual ir::BufferView conv(const ir::Node& n, const std::vector<ir::BufferView>& args) { return host_eval(n, args); }
   /// A 2-D matmul written into `out` (dense [M, N]) and its elementwise
   /// epilogue `epi`, which reads `out` and whose rows are the matmul's rows.
   /// Both operands are in BLAS form (gemm::operand accepts them).

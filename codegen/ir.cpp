@@ -125,6 +125,12 @@ std::string attrs(const Node& n) {
       return s + "]";
     }
     case AttrKind::Axis: return fmt::format(" axis={}", n.axis());
+    case AttrKind::Conv: {
+      const ConvAttrs& c = n.conv();
+      return fmt::format(" stride=[{}] pad=[{}]/[{}] dilation=[{}] groups={}", fmt::join(c.stride, ", "),
+                         fmt::join(c.pad_before, ", "), fmt::join(c.pad_after, ", "), fmt::join(c.dilation, ", "),
+                         c.groups);
+    }
   }
   return {};
 }
@@ -152,6 +158,12 @@ void append_attrs(std::vector<int64_t>& key, const Node& n) {
       for (const PadWidth& w : n.widths().dims) key.insert(key.end(), {w.before, w.after});
       return;
     case AttrKind::Axis: key.push_back(n.axis()); return;
+    case AttrKind::Conv: {
+      const ConvAttrs& c = n.conv();
+      for (const auto* a : {&c.stride, &c.pad_before, &c.pad_after, &c.dilation}) key.insert(key.end(), a->begin(), a->end());
+      key.push_back(c.groups);
+      return;
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 //   - `attrs` holds the alternative the op's AttrKind names.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -118,7 +119,10 @@ enum Trait : uint32_t {
   /* scatter: accumulates into positions it reads from an index (run by ref, in order) */                              \
   X(ScatterAdd, Scatter, Axis, kIntForm | kBoolForm, "zeros plus args[0] added at args[1]'s values along `axis`")      \
   /* contraction */                                                                                                    \
-  X(MatMul, Contraction, None, kNoTraits, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")
+  X(MatMul, Contraction, None, kNoTraits, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")                \
+  X(Conv, Contraction, Conv, kNoTraits, "2-D convolution: [n, c, h, w] with [o, c / groups, kh, kw] -> [n, o, oh, ow]") \
+  X(ConvGradInput, Contraction, Conv, kNoTraits, "a Conv's input gradient from (gy, weight); shape: the input's")      \
+  X(ConvGradWeight, Contraction, Conv, kNoTraits, "a Conv's weight gradient from (input, gy); shape: the weight's")
 
 enum class Op : uint8_t {
 #define TESSEL_X(name, cat, attrs, traits, doc) name,
@@ -135,7 +139,7 @@ inline constexpr int kNumOps = 0
 enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Indexed, Scatter, Contraction };
 
 /// Which attribute struct a node kind carries in Node::attrs (the table's third column).
-enum class AttrKind : uint8_t { None, Reduce, Order, Window, Widths, Axis };
+enum class AttrKind : uint8_t { None, Reduce, Order, Window, Widths, Axis, Conv };
 
 std::string_view op_name(Op op);   // "add", "matmul"
 Category op_category(Op op);
@@ -213,6 +217,20 @@ inline bool is_pointwise(Op op) { return is_elementwise(op) || op_category(op) =
 #define TESSEL_IR_CASE_NOT_INDEXED(name, cat, attrs, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Indexed)
 #define TESSEL_IR_CASES_NOT_INDEXED TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_INDEXED)
 
+// Not contractions.
+#define TESSEL_IR_CASE_UNLESS_Contraction_Leaf TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Unary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Binary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Compare TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Ternary TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Reduce TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Movement TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Indexed TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Scatter TESSEL_IR_CASE_LABEL
+#define TESSEL_IR_CASE_UNLESS_Contraction_Contraction TESSEL_IR_CASE_NONE
+#define TESSEL_IR_CASE_NOT_CONTRACTION(name, cat, attrs, traits, doc) TESSEL_IR_CASE_UNLESS(name, cat, Contraction)
+#define TESSEL_IR_CASES_NOT_CONTRACTION TESSEL_IR_NODE_KINDS(TESSEL_IR_CASE_NOT_CONTRACTION)
+
 /// A realized strided view of memory: what an Input holds and what a
 /// realized node caches. Strides and offset are in elements.
 struct BufferView {
@@ -278,8 +296,19 @@ struct AxisAttrs {
   int64_t axis = 0;
   bool operator==(const AxisAttrs&) const = default;
 };
+/// Conv, ConvGradInput, ConvGradWeight: per spatial dim (h, w) the stride,
+/// the padding before and after (they differ for "same" with an even
+/// kernel) and the dilation (1: dense); the channel groups.
+struct ConvAttrs {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> pad_before{0, 0};
+  std::array<int64_t, 2> pad_after{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+  bool operator==(const ConvAttrs&) const = default;
+};
 /// Alternatives in AttrKind order.
-using Attrs = std::variant<NoAttrs, ReduceAttrs, OrderAttrs, WindowAttrs, WidthsAttrs, AxisAttrs>;
+using Attrs = std::variant<NoAttrs, ReduceAttrs, OrderAttrs, WindowAttrs, WidthsAttrs, AxisAttrs, ConvAttrs>;
 
 struct Node;
 using NodePtr = std::shared_ptr<Node>;
@@ -300,6 +329,7 @@ struct Node {
   const WindowAttrs& window() const { return attr<WindowAttrs>("slice window"); }
   const WidthsAttrs& widths() const { return attr<WidthsAttrs>("pad widths"); }
   int64_t axis() const { return attr<AxisAttrs>("axis").axis; }
+  const ConvAttrs& conv() const { return attr<ConvAttrs>("convolution"); }
 
   // Autograd: true when a gradient flows to some leaf below.
   bool requires_grad = false;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "codegen/builders.h"
+#include "codegen/conv_geometry.h"
 #include "runtime/errors.h"
 
 namespace tessel::ir {
@@ -208,6 +210,7 @@ class NodeCheck {
   }
 
   void contraction() const {
+    if (n_.op != Op::MatMul) return convolution();
     const Shape &a = arg(0).shape, &b = arg(1).shape;
     expect(a.rank() >= 2 && a.rank() == b.rank() && n_.shape.rank() == a.rank(), "multiplies operands of ranks other than equal and >= 2");
     const int64_t r = a.rank();
@@ -215,6 +218,27 @@ class NodeCheck {
     for (int64_t d = 0; d < r - 2; ++d) expect(a[d] == b[d] && n_.shape[d] == a[d], "has unequal batch dims");
     expect(n_.shape[r - 2] == a[r - 2] && n_.shape[r - 1] == b[r - 1], fmt::format("has shape {}", n_.shape.str()));
     expect(arg(0).dtype == n_.dtype && arg(1).dtype == n_.dtype, "has operands of another dtype");
+  }
+
+  // The three directions share one geometry; the output shape of the forward
+  // follows from the input's, the weight's and the attributes.
+  void convolution() const {
+    expect(arg(0).dtype == n_.dtype && arg(1).dtype == n_.dtype && is_floating(n_.dtype) && !is_half(n_.dtype),
+           "has operands of another dtype, or not f32/f64");
+    expect(arg(0).shape.rank() == 4 && arg(1).shape.rank() == 4 && n_.shape.rank() == 4, "is not 4-D (NCHW)");
+    const ConvAttrs& a = n_.conv();
+    for (size_t d = 0; d < 2; ++d)
+      expect(a.stride[d] >= 1 && a.dilation[d] >= 1 && a.pad_before[d] >= 0 && a.pad_after[d] >= 0,
+             "has a stride or dilation below 1, or a negative padding");
+    const ConvGeometry g = conv_geometry(n_);
+    expect(g.groups >= 1 && g.c % g.groups == 0 && g.o % g.groups == 0,
+           fmt::format("has {} groups for {} input and {} output channels", g.groups, g.c, g.o));
+    const Shape x({g.n, g.c, g.h, g.w}), w({g.o, g.c / g.groups, g.kh, g.kw});
+    const Shape& weight = n_.op == Op::ConvGradWeight ? n_.shape : arg(1).shape;
+    expect(weight == w, fmt::format("has a weight of shape {} for input {} and {} groups", weight.str(), x.str(), g.groups));
+    const Shape y = conv_output_shape(x, w, a);
+    expect(y == Shape({g.n, g.o, g.oh, g.ow}), fmt::format("has an output of shape [{}, {}, {}, {}]; input {} gives {}",
+                                                          g.n, g.o, g.oh, g.ow, x.str(), y.str()));
   }
 };
 

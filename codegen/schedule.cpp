@@ -23,6 +23,7 @@ std::string_view step_name(StepKind k) {
     case StepKind::Reduce: return "reduce";
     case StepKind::View: return "view";
     case StepKind::MatMul: return "matmul";
+    case StepKind::Conv: return "conv";
     case StepKind::RowProgram: return "row";
     case StepKind::Fallback: return "fallback";
   }
@@ -33,6 +34,12 @@ int Schedule::kernels() const {
   int n = 0;
   for (const Step& s : steps)
     n += s.kind == StepKind::Kernel || s.kind == StepKind::Reduce || s.kind == StepKind::RowProgram || s.epilogue;
+  return n;
+}
+
+int Schedule::convs() const {
+  int n = 0;
+  for (const Step& s : steps) n += s.kind == StepKind::Conv;
   return n;
 }
 
@@ -94,7 +101,7 @@ namespace {
 Node* epilogue_source(const Schedule& S, Node* e, const std::unordered_map<Node*, int>& uses,
                       const std::vector<ir::NodePtr>& roots) {
   auto fits = [&](Node* m) {
-    if (ir::op_category(m->op) != Category::Contraction || m->realized()) return false;
+    if (m->op != Op::MatMul || m->realized()) return false;  // (a convolution's epilogue is not fused yet)
     if (m->shape != e->shape || m->shape.dims.size() != 2 || !(m->dtype == DType::f32 || m->dtype == DType::f64))
       return false;
     auto u = uses.find(m);
@@ -341,8 +348,9 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
       mark(n, "scatter: ref");
       for (auto& a : n->args) mark(a.get(), "input of a ref node");
     } else if (c == Category::Contraction) {
-      mark(n, "matmul output");
-      for (auto& a : n->args) mark(a.get(), "matmul operand");
+      const bool mm = n->op == Op::MatMul;
+      mark(n, mm ? "matmul output" : "convolution output");
+      for (auto& a : n->args) mark(a.get(), mm ? "matmul operand" : "convolution operand");
     } else if (!constant && ir::is_elementwise(n->op) && !kernel_supports(*n)) {
       mark(n, fmt::format("{} on {} not compiled: ref", ir::op_name(n->op), dtype_name(n->args.back()->dtype)));
       for (auto& a : n->args) mark(a.get(), "input of a ref node");
@@ -459,7 +467,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     switch (ir::op_category(n->op)) {
       case Category::Movement: k = StepKind::View; break;
       case Category::Reduce: k = reduce_supports(*n) ? StepKind::Reduce : StepKind::Fallback; break;
-      case Category::Contraction: k = StepKind::MatMul; break;
+      case Category::Contraction: k = n->op == Op::MatMul ? StepKind::MatMul : StepKind::Conv; break;
       case Category::Leaf: case Category::Unary: case Category::Binary: case Category::Compare:
       case Category::Ternary: case Category::Indexed:
         k = kernel_supports(*n) ? StepKind::Kernel : StepKind::Fallback;

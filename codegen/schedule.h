@@ -26,6 +26,7 @@ enum class StepKind : uint8_t {
   Reduce,    // reduction kernel with a fused elementwise prologue
   View,      // movement over a materialized value: no work, a strided view
   MatMul,    // BLAS (with an elementwise epilogue when `epilogue` is set)
+  Conv,      // a convolution node: the backend's engine (oneDNN on the CPU), else the ref loops
   RowProgram,  // reductions over one row domain (`stages`) and `node`, which reads them: one kernel
   Fallback,  // the ref interpreter evaluates this node
 };
@@ -66,6 +67,7 @@ struct Schedule {
   std::unordered_map<ir::Node*, std::string> materialized;  // node -> reason
   int kernels() const;           // Kernel + Reduce + RowProgram steps + matmul epilogues
   int matmuls() const;           // MatMul steps
+  int convs() const;             // Conv steps
   std::string to_string() const;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/builders.h"
 #include "dsl/expr.h"
 #include "dsl/indexing.h"
 #include "dsl/windows.h"
@@ -84,6 +85,19 @@ Tensor conv2d_as(std::string_view op, const Tensor& input, const Tensor& weight,
     d->out = (padded - d->span()) / d->stride + 1;
   }
 
+  // On the CPU a convolution is one node, computed by the engine (oneDNN for
+  // f32, direct loops otherwise), and so are both of its gradients.
+  if (x.device().is_cpu()) {
+    ir::ConvAttrs a{.stride = {o.stride.h, o.stride.w},
+                    .pad_before = {h.pad_before, w.pad_before},
+                    .pad_after = {h.pad_after, w.pad_after},
+                    .dilation = {o.dilation.h, o.dilation.w},
+                    .groups = g};
+    Tensor y = Tensor::from_node(ir::conv(x.node(), weight.node(), a), x.device());
+    if (bias.defined()) y = y + bias.reshape({1, O, 1, 1});
+    return unbatched ? y.squeeze(0) : y;
+  }
+  // On a GPU, an unfold and a product (cuBLASLt).
   // Channels last: the columns [N*OH*OW, KW*KH*C] are then rows of the
   // product, and its output [N*OH*OW, O] is the NHWC image the next layer
   // reads. The weight is reordered to the columns' (kw, kh, c) order.

@@ -12,7 +12,9 @@
 
 #include <xxhash.h>
 
+#include "codegen/conv_geometry.h"
 #include "codegen/executor.h"
+#include "codegen/movement.h"
 #include "codegen/lower.h"
 #include "codegen/schedule.h"
 #include "runtime/errors.h"
@@ -26,6 +28,7 @@
 #include "codegen/cpu/jit_stats.h"
 #include "codegen/cpu/kernel_table.h"
 #include "codegen/cpu/launch.h"
+#include "codegen/cpu/onednn_conv.h"
 #include "codegen/cpu/plan_cache.h"
 #endif
 
@@ -90,6 +93,29 @@ class CpuExecutor final : public exec::StepExecutor {
     plannable = false;
     bump(&AtomicStats::matmuls);
     return eval_with_ref(n, args);
+  }
+
+  // f32 convolutions on oneDNN (dense NCHW / OIHW operands), others by the ref loops.
+  BufferView conv(const Node& n, const std::vector<BufferView>& args) override {
+    plannable = false;
+    bump(&AtomicStats::convs);
+    if (n.dtype != DType::f32 || !onednn::available()) return eval_with_ref(n, args);
+    std::vector<BufferView> dense(args);
+    for (size_t i = 0; i < 2; ++i)
+      if (!ir::is_contiguous(n.args[i]->shape, dense[i].strides))
+        dense[i] = exec::dense_copy(*this, n.args[i]->dtype, n.args[i]->shape, dense[i]);
+    const ir::ConvGeometry g = ir::conv_geometry(n);
+    BufferView out = alloc(n.dtype, n.shape);
+    const float* a = dense[0].ptr<float>();
+    const float* b = dense[1].ptr<float>();
+    switch (n.op) {
+      case Op::Conv: onednn::conv_forward(g, a, b, nullptr, out.ptr<float>()); break;
+      case Op::ConvGradInput: onednn::conv_backward_data(g, a, b, out.ptr<float>()); break;
+      case Op::ConvGradWeight: onednn::conv_backward_weights(g, a, b, out.ptr<float>(), nullptr); break;
+      case Op::MatMul:
+      TESSEL_IR_CASES_NOT_CONTRACTION throw InternalError("cpu backend: conv() of a node that is no convolution");
+    }
+    return out;
   }
 
   void matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,

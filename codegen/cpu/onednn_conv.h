@@ -15,17 +15,12 @@
 
 #include <cstdint>
 
+#include "codegen/conv_geometry.h"
+
 namespace tessel::onednn {
 
-/// One convolution's geometry, PyTorch's conventions: input [n, c, h, w] NCHW, weight [o, c / groups, kh, kw] OIHW,
-/// output [n, o, oh, ow]; dilation 1 is a dense kernel (oneDNN's 0); padding may differ before (pad_l) and after (pad_r).
-struct ConvGeometry {
-  int64_t n = 1, c = 1, h = 1, w = 1;
-  int64_t o = 1, kh = 1, kw = 1, groups = 1;
-  int64_t stride_h = 1, stride_w = 1, pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0, dilation_h = 1, dilation_w = 1;
-  int64_t oh = 1, ow = 1;
-  bool operator==(const ConvGeometry&) const = default;
-};
+/// One convolution's geometry (codegen/conv_geometry.h: NCHW input, OIHW weight).
+using ConvGeometry = ir::ConvGeometry;
 
 /// Whether oneDNN was built in (false: callers use their own path).
 bool available();

@@ -13,9 +13,11 @@
 
 #include "codegen/backend.h"
 #include "codegen/blas/gemm.h"
+#include "codegen/conv_geometry.h"
 #include "codegen/ir_verifier.h"
 #include "codegen/movement.h"
 #include "codegen/verify_mode.h"
+#include "codegen/ref/conv_loops.h"
 #include "codegen/ref/strided_loop.h"
 #include "runtime/errors.h"
 
@@ -169,7 +171,7 @@ class Interpreter {
       case ir::Category::Movement: return movement(n, args[0]);
       case ir::Category::Indexed: return indexed(n, args);
       case ir::Category::Scatter: return scatter_add(n, args[0], args[1]);
-      case ir::Category::Contraction: return matmul(n, args[0], args[1]);
+      case ir::Category::Contraction: return n.op == Op::MatMul ? matmul(n, args[0], args[1]) : conv(n, args[0], args[1]);
     }
     throw InternalError("ref interpreter: unknown node category");
   }
@@ -522,6 +524,30 @@ class Interpreter {
         gemm::rows(n.dtype, ma, mb, A, B, C, M, N, K, 0, M);
       }
     });
+    return out;
+  }
+
+  // The three convolution nodes by direct loops over dense copies (f32, f64:
+  // builders compute halves in f32).
+  static BufferView conv(const Node& n, const BufferView& a, const BufferView& b) {
+    const ir::ConvGeometry g = ir::conv_geometry(n);
+    auto dense = [](const Node& x, const BufferView& v) {
+      return ir::is_contiguous(x.shape, v.strides) ? v : copy_dense(x.dtype, x.shape, v);
+    };
+    const BufferView da = dense(*n.args[0], a), db = dense(*n.args[1], b);
+    BufferView out = host_dense(n.dtype, n.shape);
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      const T* pa = da.ptr<T>();
+      const T* pb = db.ptr<T>();
+      T* po = out.ptr<T>();
+      if (n.op == Op::Conv) ref::conv_forward(g, pa, pb, po);
+      else if (n.op == Op::ConvGradInput) ref::conv_backward_data(g, pa, pb, po);
+      else ref::conv_backward_weights(g, pa, pb, po);
+    };
+    if (n.dtype == DType::f32) run(float{});
+    else if (n.dtype == DType::f64) run(double{});
+    else throw InternalError(fmt::format("ref interpreter: a {} convolution (builders make f32 or f64 ones)", dtype_name(n.dtype)));
     return out;
   }
 };
