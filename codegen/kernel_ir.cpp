@@ -48,7 +48,8 @@ std::string Kernel::text() const {
   s += "\n";
   for (size_t p = 0; p < params.size(); ++p)
     s += fmt::format("  param p{} {} {}\n", p, params[p].output ? "out" : "in", dtype_name(params[p].dtype));
-  for (size_t l = 0; l < load_params.size(); ++l) s += fmt::format("  slot l{} p{}\n", l, load_params[l]);
+  for (size_t l = 0; l < load_params.size(); ++l)
+    s += fmt::format("  slot l{} p{}{}\n", l, load_params[l], inner_invariant(l) ? " invariant" : "");
   for (int c = 0; c < coords; ++c) s += fmt::format("  slot x{}\n", c);
   for (size_t c = 0; c < const_types.size(); ++c) s += fmt::format("  slot c{} {}\n", c, dtype_name(const_types[c]));
   // Ordinary kernels print as before stages existed: their cache keys stay.
@@ -111,6 +112,7 @@ uint64_t Kernel::hash() const {
   for (const Param& p : params) mix(h, static_cast<uint64_t>(p.dtype) << 1 | p.output);
   mix(h, load_params.size());
   for (int l : load_params) mix(h, static_cast<uint64_t>(l));
+  for (bool v : invariant) mix(h, v);
   mix(h, static_cast<uint64_t>(coords));
   mix(h, const_types.size());
   for (DType t : const_types) mix(h, static_cast<uint64_t>(t));

@@ -86,6 +86,11 @@ struct Stage {
 struct Kernel {
   std::vector<Param> params;      // params[0] is the output
   std::vector<int> load_params;   // load slot -> param index
+  // Per load slot: its stride along the innermost domain dim was 0 when the
+  // kernel was lowered (a per-channel scale, a bias broadcast over a row), so
+  // the emitter reads it once per row and the row still vectorizes. A launch
+  // whose stride there is not 0 takes the general loop. Empty: none.
+  std::vector<bool> invariant;
   int coords = 0;                 // coordinate slots
   std::vector<DType> const_types; // constant slot -> dtype
   int rank = 1;                   // iteration domain rank (>= 1)
@@ -99,6 +104,7 @@ struct Kernel {
   std::vector<Stage> stages;      // row programs only (then reduce_rank > 0 even when reduce is None)
 
   int kept_rank() const { return rank - reduce_rank; }
+  bool inner_invariant(size_t load_slot) const { return load_slot < invariant.size() && invariant[load_slot]; }
   bool row_program() const { return !stages.empty(); }
   /// Stages whose result is stored (each has a store slot, in stage order).
   int stored_stages() const {

@@ -101,6 +101,8 @@ class Verifier {
       if (p < 0 || static_cast<size_t>(p) >= n) fail("load slot {} reads param {}, which does not exist ({} params)", l, p, n);
       if (k_.params[static_cast<size_t>(p)].output) fail("load slot {} reads param {}, an output", l, p);
     }
+    if (!k_.invariant.empty() && k_.invariant.size() != k_.load_params.size())
+      fail("{} invariant flags for {} load slots", k_.invariant.size(), k_.load_params.size());
     if (k_.coords < 0) fail("coords is {}, below 0", k_.coords);
   }
 

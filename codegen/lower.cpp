@@ -579,6 +579,18 @@ void coalesce(Lowered& l) {
   int kept = flat ? R - 1 : K;
   l.rows = 1;
   for (int d = 0; d < kept; ++d) l.rows *= a[static_cast<size_t>(d)];
+  mark_invariant_loads(l);
+}
+
+void mark_invariant_loads(Lowered& l) {
+  auto& k = l.kernel;
+  k.invariant.assign(k.load_params.size(), false);
+  bool any = false;
+  // Only along a real row: an innermost dim of one element has nothing to hoist.
+  if (l.args[static_cast<size_t>(k.rank - 1)] > 1)
+    for (size_t i = 0; i < k.load_params.size(); ++i)
+      any |= k.invariant[i] = l.args[k.slot_base(static_cast<int>(i) + 1) + 1 + static_cast<size_t>(k.rank - 1)] == 0;
+  if (!any) k.invariant.clear();  // the common case keeps the plain text
 }
 
 }  // namespace tessel::lower

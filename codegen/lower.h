@@ -50,6 +50,10 @@ Lowered lower_copy(DType t, const Shape& s, const ir::BufferView& in, const ir::
 /// a reshape no strides can express is a dense copy made by `copy`).
 ir::BufferView movement_view(const ir::Node& n, const ir::BufferView& in, const DenseCopy& copy);
 
+/// Marks the load slots whose stride along the innermost domain dim is 0 in
+/// l.args (kir::Kernel::invariant); coalesce() ends with it.
+void mark_invariant_loads(Lowered& l);
+
 /// Merges adjacent domain dims every slot walks contiguously (within the kept
 /// and the reduced group), keeping the rank by padding with size-1 dims, and
 /// recomputes `rows`.

@@ -366,6 +366,10 @@ struct Emitter {
     }
   }
 
+  static Value* reassoc(Value* v) {
+    if (auto* i = llvm::dyn_cast<llvm::Instruction>(v)) i->setHasAllowReassoc(true);
+    return v;
+  }
   Value* init_acc(kir::ReduceKind red, DType acc_dtype) {
     bool f = acc_dtype == DType::f64;
     switch (red) {
@@ -382,8 +386,12 @@ struct Emitter {
   Value* combine(kir::ReduceKind red, DType acc_dtype, Value* acc, Value* v) {
     bool f = acc_dtype == DType::f64;
     switch (red) {
-      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return f ? b.CreateFAdd(acc, v) : b.CreateAdd(acc, v);
-      case kir::ReduceKind::Prod: return f ? b.CreateFMul(acc, v) : b.CreateMul(acc, v);  // i64 wraps, as torch
+      // Floating sums and products may be reassociated: the loop vectorizer
+      // then keeps several f64 partial accumulators (a serial chain is bound
+      // by the add's latency); in f64, for f32 or f64 data, the order changes
+      // only the last bits, and one compiled kernel always sums in one order.
+      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return f ? reassoc(b.CreateFAdd(acc, v)) : b.CreateAdd(acc, v);
+      case kir::ReduceKind::Prod: return f ? reassoc(b.CreateFMul(acc, v)) : b.CreateMul(acc, v);  // i64 wraps, as torch
       case kir::ReduceKind::Max: case kir::ReduceKind::Min: {
         bool mx = red == kir::ReduceKind::Max;
         if (!f) return b.CreateSelect(mx ? b.CreateICmpSGT(v, acc) : b.CreateICmpSLT(v, acc), v, acc);
@@ -487,9 +495,13 @@ struct Emitter {
   void inner(const std::vector<Value*>& base, int d, size_t first_slot, size_t last_slot,
              const std::function<void(const std::function<Value*(size_t)>&)>& body) {
     const size_t first_coord = k.load_params.size() + 1;
+    // A load marked invariant (kir::Kernel::invariant) is read at its row's
+    // base in the fast loop, which then holds only when its stride is 0.
+    const bool innermost = d == k.rank - 1;
+    auto invariant = [&](size_t s) { return innermost && s >= 1 && s < first_coord && k.inner_invariant(s - 1); };
     Value* fast = b.getTrue();
     for (size_t s = first_slot; s < std::min(last_slot, first_coord); ++s)
-      fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][static_cast<size_t>(d)], b.getInt64(1)));
+      fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][static_cast<size_t>(d)], b.getInt64(invariant(s) ? 0 : 1)));
     auto* fb = llvm::BasicBlock::Create(ctx, "unit", fn);
     auto* gb = llvm::BasicBlock::Create(ctx, "strided", fn);
     auto* join = llvm::BasicBlock::Create(ctx, "join", fn);
@@ -498,6 +510,7 @@ struct Emitter {
       b.SetInsertPoint(unit ? fb : gb);
       loop(b.getInt64(0), dims[static_cast<size_t>(d)], [&](Value* j) {
         body([&](size_t s) {
+          if (unit && invariant(s)) return base[s];
           return unit && s < first_coord ? b.CreateAdd(base[s], j)
                                          : b.CreateAdd(base[s], b.CreateMul(j, st[s][static_cast<size_t>(d)]));
         });
