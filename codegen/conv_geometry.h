@@ -1,6 +1,6 @@
 // One 2-D convolution's geometry, in PyTorch's conventions, as every engine
 // that computes a Conv, ConvGradInput or ConvGradWeight node sees it: the ref
-// loops (the oracle) and oneDNN on the CPU.
+// loops (the oracle), oneDNN on the CPU and cuDNN on a GPU.
 //
 //   input  [n, c, h, w]            (NCHW)
 //   weight [o, c / groups, kh, kw] (OIHW)

@@ -36,7 +36,7 @@ Tensor conv2d_as(std::string_view op, const Tensor& input, const Tensor& weight,
                  const Conv2dOptions& o, const Shape& shown_input, const Shape& shown_weight) {
   check_conv_operands(op, input, weight, bias);
   auto [x, unbatched] = detail::batched_4d(op, input);
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t O = weight.size(0), Cg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
   const int64_t g = o.groups;
   if (g <= 0) throw ValueError(fmt::format("{}: groups must be positive, got {}", op, g));
@@ -82,39 +82,17 @@ Tensor conv2d_as(std::string_view op, const Tensor& input, const Tensor& weight,
                                    "({} x {}) of shape {}; pad the input or use a smaller kernel",
                                    op, KH, KW, o.dilation.h, o.dilation.w, H + h.pad_before + h.pad_after,
                                    W + w.pad_before + w.pad_after, shown_input.str()));
-    d->out = (padded - d->span()) / d->stride + 1;
   }
 
-  // On the CPU a convolution is one node, computed by the engine (oneDNN for
-  // f32, direct loops otherwise), and so are both of its gradients.
-  if (x.device().is_cpu()) {
-    ir::ConvAttrs a{.stride = {o.stride.h, o.stride.w},
-                    .pad_before = {h.pad_before, w.pad_before},
-                    .pad_after = {h.pad_after, w.pad_after},
-                    .dilation = {o.dilation.h, o.dilation.w},
-                    .groups = g};
-    Tensor y = Tensor::from_node(ir::conv(x.node(), weight.node(), a), x.device());
-    if (bias.defined()) y = y + bias.reshape({1, O, 1, 1});
-    return unbatched ? y.squeeze(0) : y;
-  }
-  // On a GPU, an unfold and a product (cuBLASLt).
-  // Channels last: the columns [N*OH*OW, KW*KH*C] are then rows of the
-  // product, and its output [N*OH*OW, O] is the NHWC image the next layer
-  // reads. The weight is reordered to the columns' (kw, kh, c) order.
-  Tensor nhwc = x.permute({0, 2, 3, 1});
-  const int64_t L = N * h.out * w.out, K = Cg * KH * KW;
-  Tensor cols = detail::unfold_windows(nhwc, 1, 2, h, w, 0.0);  // [N, OH, OW, KW, KH, C]
-  Tensor out;
-  if (g == 1) {
-    Tensor w2 = weight.permute({0, 3, 2, 1}).reshape({O, K});
-    out = matmul(cols.reshape({L, K}), w2.t());  // [L, O]
-  } else {
-    Tensor gcols = cols.reshape({L, KW * KH, g, Cg}).permute({2, 0, 1, 3}).reshape({g, L, K});
-    Tensor gw = weight.reshape({g, O / g, Cg, KH, KW}).permute({0, 1, 4, 3, 2}).reshape({g, O / g, K});
-    out = matmul(gcols, gw.transpose(1, 2)).permute({1, 0, 2}).reshape({L, O});  // [L, O]
-  }
-  if (bias.defined()) out = out + bias;
-  Tensor y = out.reshape({N, h.out, w.out, O}).permute({0, 3, 1, 2});
+  // A convolution is one node, computed by the device's engine (oneDNN or
+  // direct loops on the CPU, cuDNN on a GPU), and so are both of its gradients.
+  ir::ConvAttrs a{.stride = {o.stride.h, o.stride.w},
+                  .pad_before = {h.pad_before, w.pad_before},
+                  .pad_after = {h.pad_after, w.pad_after},
+                  .dilation = {o.dilation.h, o.dilation.w},
+                  .groups = g};
+  Tensor y = Tensor::from_node(ir::conv(x.node(), weight.node(), a), x.device());
+  if (bias.defined()) y = y + bias.reshape({1, O, 1, 1});
   return unbatched ? y.squeeze(0) : y;
 }
 

@@ -2,15 +2,13 @@
 // conv_transpose2d over NCHW tensors, with stride, padding (numbers, "same",
 // "valid"), dilation and groups (depthwise included).
 //
-// A convolution is lowered to the IR as an unfold and a product: the
-// kernel_size windows of the padded input are read by one fused indexed
-// kernel (pad + strided windows + concatenation, codegen/kernel_ir.h
-// predicated loads) into [N*OH*OW, C*KH*KW] columns, which one matmul
-// (OpenBLAS, or cuBLASLt on a GPU) contracts with the weight; the bias and any
-// elementwise reader fuse into the kernel that reads the product. The same
-// IR runs on every backend (ref, CPU JIT, CUDA), and autodiff derives the
-// input and weight gradients from the primitives (the window gradient is a
-// sum of pads, the weight gradient a product).
+// A convolution is one IR node (ir::Op::Conv), and each of its gradients one
+// more (ConvGradInput, ConvGradWeight), computed by the device's engine:
+// oneDNN for f32 on the CPU (direct loops otherwise), cuDNN for f32 and f64
+// on a GPU (the host's loops otherwise); the ref interpreter's loops are the
+// oracle. The bias, and any elementwise op that reads the output, fuse into
+// one kernel after it. conv_transpose2d is a conv2d of the spread and padded
+// input with the flipped weight.
 //
 //   Tensor y = conv2d(x, w, b, {.stride = 2, .padding = 1});      // [N, C, H, W] -> [N, O, H/2, W/2]
 //   Tensor z = conv2d(x, w, {}, {.padding = "same", .groups = C});  // depthwise

@@ -33,10 +33,38 @@ Tensor window(const Tensor& xp, int64_t dim, const WindowDim& d, int64_t k) {
   return xp.slice(dim, start, start + d.stride * (d.out - 1) + 1, d.stride);
 }
 
+// Windows that tile the last two dims (stride = kernel, no padding or
+// dilation: the common 2x2 pool) as selects of one reshaped view,
+// [.., OH, KH, OW, KW]. Their gradients are then pads along the window axes
+// that fuse with the sum over windows into one kernel, where strided slices'
+// gradients need a spreading kernel each.
+bool tiles(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h, const WindowDim& w) {
+  auto plain = [](const WindowDim& d) {
+    return d.stride == d.kernel && d.dilation == 1 && d.pad_before == 0 && d.pad_after == 0 && d.out * d.kernel <= d.size;
+  };
+  return dim_h == x.dim() - 2 && dim_w == x.dim() - 1 && plain(h) && plain(w);
+}
+
 }  // namespace
 
 std::vector<Tensor> window_views(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h,
                                  const WindowDim& w, const Scalar& fill) {
+  if (tiles(x, dim_h, dim_w, h, w)) {
+    Tensor xc = x;
+    if (h.out * h.kernel < h.size) xc = xc.narrow(dim_h, 0, h.out * h.kernel);  // floor mode drops the rest
+    if (w.out * w.kernel < w.size) xc = xc.narrow(dim_w, 0, w.out * w.kernel);
+    std::vector<int64_t> s(xc.shape().dims.begin(), xc.shape().dims.end() - 2);
+    s.insert(s.end(), {h.out, h.kernel, w.out, w.kernel});
+    Tensor x6 = xc.reshape(s);
+    const int64_t r = x6.dim();
+    std::vector<Tensor> views;
+    views.reserve(static_cast<size_t>(h.kernel * w.kernel));
+    for (int64_t kh = 0; kh < h.kernel; ++kh) {
+      Tensor row = x6.select(r - 3, kh);  // [.., OH, OW, KW]
+      for (int64_t kw = 0; kw < w.kernel; ++kw) views.push_back(row.select(r - 2, kw));
+    }
+    return views;
+  }
   Tensor xp = padded(x, dim_h, dim_w, h, w, fill);
   std::vector<Tensor> views;
   views.reserve(static_cast<size_t>(h.kernel * w.kernel));
@@ -45,25 +73,6 @@ std::vector<Tensor> window_views(const Tensor& x, int64_t dim_h, int64_t dim_w, 
     for (int64_t kw = 0; kw < w.kernel; ++kw) views.push_back(window(row, dim_w, w, kw));
   }
   return views;
-}
-
-Tensor unfold_windows(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h, const WindowDim& w,
-                      const Scalar& fill) {
-  Tensor xp = padded(x, dim_h, dim_w, h, w, fill);
-  // Two passes, one per spatial dim: each stacks windows that lie one
-  // step apart in memory, which the kernel IR reads as one strided load
-  // (codegen/lower.cpp strided_stack), and the gradient of each is a sum of
-  // kernel-size shifted copies, not of their product. Each new axis goes
-  // right after the width, so the dims after it (channels, when they come
-  // last) stay contiguous runs in both passes.
-  auto along = [&](const Tensor& t, int64_t dim, const WindowDim& d) {
-    std::vector<Tensor> parts;
-    parts.reserve(static_cast<size_t>(d.kernel));
-    for (int64_t k = 0; k < d.kernel; ++k) parts.push_back(window(t, dim, d, k));
-    return parts.size() == 1 ? parts[0].unsqueeze(dim_w + 1) : stack(parts, dim_w + 1);
-  };
-  Tensor rows = along(xp, dim_h, h);   // [..., OH, ..., W, KH, ...]
-  return along(rows, dim_w, w);        // [..., OH, ..., OW, KW, KH, ...]
 }
 
 std::pair<Tensor, bool> batched_4d(std::string_view op, const Tensor& x) {

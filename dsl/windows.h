@@ -1,10 +1,9 @@
-// The sliding windows of a 2-D spatial input, shared by convolution and
-// pooling (internal to dsl/). A window read is a stack of strided slices of
-// the padded input: pad, slices and the concatenation are indexed IR ops, so
-// the whole unfold is computed inside the one kernel that reads it and never
-// stored on its own; autodiff turns the slices into pads and the
-// concatenation into windows, so the gradient of an unfold is a fused sum of
-// shifted copies.
+// The sliding windows of a 2-D spatial input, shared by convolution (its
+// geometry and argument checks) and pooling (internal to dsl/). A window read
+// is a strided slice of the padded input: pad and slices are IR ops, so a pool
+// reads its windows inside the one kernel that combines them and never stores
+// them on their own; autodiff turns the slices into pads, so the gradient of a
+// pool is a fused sum of shifted copies.
 #pragma once
 
 #include <cstdint>
@@ -27,19 +26,11 @@ struct WindowDim {
   int64_t span() const { return dilation * (kernel - 1) + 1; }
 };
 
-/// The windows of x along dims `dim_h` < `dim_w` (padded with `fill`): x's
-/// shape with those dims replaced by h.out and w.out and two new dims
-/// [w.kernel, h.kernel] right after dim_w (note the order: kw, then kh).
-///   [N, H, W, C] (dims 1, 2) -> [N, OH, OW, KW, KH, C]
-///   [N, C, H, W] (dims 2, 3) -> [N, C, OH, OW, KW, KH]
-Tensor unfold_windows(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h, const WindowDim& w,
-                      const Scalar& fill);
-
-/// The same windows as a list of strided views of the padded x, in
-/// PyTorch's order (kh * w.kernel + kw), each of x's shape with dim_h and
-/// dim_w replaced by h.out and w.out: a pool combines them elementwise, so
-/// it is one kernel that reads its input kernel-size times and stores nothing
-/// in between.
+/// The windows of x along dims `dim_h` < `dim_w` as a list of strided views
+/// of x padded with `fill`, in PyTorch's order (kh * w.kernel + kw), each of
+/// x's shape with dim_h and dim_w replaced by h.out and w.out: a pool combines
+/// them elementwise, so it is one kernel that reads its input kernel-size
+/// times and stores nothing in between.
 std::vector<Tensor> window_views(const Tensor& x, int64_t dim_h, int64_t dim_w, const WindowDim& h,
                                  const WindowDim& w, const Scalar& fill);
 

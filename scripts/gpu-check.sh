@@ -3,8 +3,9 @@
 # needed): configure and build tessel in Release in build-gpu/, run the tests
 # labelled gpu, driver, nvrtc or seed on the real device (the DSL end to end
 # on the device, the backend against ref, split reductions, vectorized
-# kernels, cuBLASLt products and fused epilogues, in-place writes, optimizer
-# steps, random in-place programs, the chapter's samples: every test the
+# kernels, cuBLASLt products and fused epilogues, cuDNN convolutions and
+# their gradients against the CPU, in-place writes, optimizer steps, random
+# in-place programs, the chapter's samples: every test the
 # emulated-gpu suite runs, except the emulator's own), train the demo on the
 # GPU when the Fashion-MNIST files are there, measure the GPU figures (fused
 # elementwise chain and a full sum vs a device-to-device copy; MLP forward vs
@@ -86,6 +87,12 @@ cublaslt_bin=$(find "$build" -name cublaslt_load -type f -perm -u+x | head -1)
 if [[ -n "$cublaslt_bin" ]] && (($(left) > 20)); then
   cublaslt=$(timeout 20 "$cublaslt_bin" "cuBLASLt loads*" 2>/dev/null | grep -o "^cuBLASLt [0-9]* from .*" | head -1)
 fi
+# The cuDNN the convolutions ran on.
+cudnn=""
+cudnn_bin=$(find "$build" -name cudnn_load -type f -perm -u+x | head -1)
+if [[ -n "$cudnn_bin" ]] && (($(left) > 20)); then
+  cudnn=$(timeout 20 "$cudnn_bin" "cuDNN loads*" 2>/dev/null | grep -o "^cuDNN [0-9]* from .*" | head -1)
+fi
 # The demo on the GPU: its last line says device=cuda:0 (2 epochs: a check, not the figure).
 demo=""
 demo_bin=$build/samples/train_fashion_mnist
@@ -112,7 +119,7 @@ if grep -q "no GPU: skipped" "$build"/Testing/Temporary/LastTest.log 2>/dev/null
   skipped=" (gpu tests SKIPPED: tessel saw no CUDA device)"
 fi
 
-details="${result:-ctest gave no result}${skipped}; ${demo}; NVRTC ${timing:-timing not found}; ${cublaslt:-cuBLASLt not loaded}; ${bench:-no GPU figures}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
+details="${result:-ctest gave no result}${skipped}; ${demo}; NVRTC ${timing:-timing not found}; ${cublaslt:-cuBLASLt not loaded}; ${cudnn:-cuDNN not loaded}; ${bench:-no GPU figures}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
 if ((rc == 0)); then
   summary PASS "$details"
   exit 0

@@ -11,6 +11,7 @@
 
 #include "codegen/blas/gemm.h"
 #include "codegen/cuda/cuda_emitter.h"
+#include "codegen/cuda/cudnn_conv.h"
 #include "codegen/executor.h"
 #include "codegen/kernel_ir_verifier.h"
 #include "codegen/schedule.h"
@@ -342,6 +343,15 @@ class DeviceExecutor final : public cudagen::Executor {
     if (!on_blas(n)) return host_eval(n, args);
     BufferView out = alloc(n.dtype, n.shape);
     blas_product(n, args, out, cuda::GemmEpilogue::none, 0);
+    return out;
+  }
+
+  // f32/f64 convolutions on cuDNN; other dtypes, and problems it has no
+  // algorithm for, by the ref loops on the host.
+  BufferView conv(const Node& n, const std::vector<BufferView>& args) override {
+    if (!cudagen::conv_on_cudnn(ds_.ordinal, n)) return host_eval(n, args);
+    BufferView out = cudagen::cudnn_conv(*this, ds_.ordinal, n, args);
+    bump(&CudaStats::cudnn_convs);
     return out;
   }
 

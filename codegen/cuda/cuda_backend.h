@@ -5,8 +5,10 @@
 // launches it, picking the variant (vectorized, split reduction) by
 // cudagen::launch_shape. f32/f64 matmuls run on cuBLASLt (loaded at run
 // time), a bias/ReLU epilogue fused into the product where blas_epilogue
-// recognizes it, any other epilogue as a kernel after it; integer matmuls,
-// and every matmul where cuBLASLt cannot be loaded, and nodes no kernel
+// recognizes it, any other epilogue as a kernel after it; f32/f64
+// convolutions and their gradients run on cuDNN (loaded at run time,
+// codegen/cuda/cudnn_conv.h); integer matmuls, other convolutions, every
+// matmul or convolution whose library cannot be loaded, and nodes no kernel
 // computes run on the host through the ref interpreter (copied there and
 // back). Storage on GPUs comes from the caching device allocator through the
 // storage hooks.
@@ -72,6 +74,7 @@ struct CudaStats {
   std::uint64_t split_launches = 0;     // of kernels_launched: reductions in two passes (counted once)
   std::uint64_t blas_matmuls = 0;       // products on cuBLASLt (per batch element)
   std::uint64_t blas_epilogues = 0;     // of them: with the epilogue fused in
+  std::uint64_t cudnn_convs = 0;        // Conv, ConvGradInput and ConvGradWeight nodes on cuDNN
   double compile_ms = 0;
 };
 CudaStats cuda_stats();

@@ -24,6 +24,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "device_memory.h"
 #include "host_kernels.h"
@@ -159,16 +160,21 @@ void write_log(char* buffer, std::size_t size, const std::string& text) {
 }  // namespace
 
 // Loading the driver selects the whole emulated device: unless TESSEL_CUBLASLT
-// names a library already, it names the cuBLASLt stand-in beside this one
-// (tessel's test programs load the driver before cuBLASLt).
-__attribute__((constructor)) static void name_cublaslt_standin() {
-  if (const char* e = std::getenv("TESSEL_CUBLASLT"); e && *e) return;
+// and TESSEL_CUDNN name libraries already, they name the cuBLASLt and cuDNN
+// stand-ins beside this one (tessel's test programs load the driver before
+// either library).
+__attribute__((constructor)) static void name_library_standins() {
   Dl_info self{};
-  if (!dladdr(reinterpret_cast<const void*>(&name_cublaslt_standin), &self) || !self.dli_fname) return;
-  std::string path = self.dli_fname;
-  const std::size_t slash = path.rfind('/');
-  path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "libtessel-emulated-cublaslt.so";
-  if (access(path.c_str(), R_OK) == 0) setenv("TESSEL_CUBLASLT", path.c_str(), 0);
+  if (!dladdr(reinterpret_cast<const void*>(&name_library_standins), &self) || !self.dli_fname) return;
+  std::string dir = self.dli_fname;
+  const std::size_t slash = dir.rfind('/');
+  dir = slash == std::string::npos ? std::string() : dir.substr(0, slash + 1);
+  for (auto [var, file] : {std::pair{"TESSEL_CUBLASLT", "libtessel-emulated-cublaslt.so"},
+                           std::pair{"TESSEL_CUDNN", "libtessel-emulated-cudnn.so"}}) {
+    if (const char* e = std::getenv(var); e && *e) continue;
+    const std::string path = dir + file;
+    if (access(path.c_str(), R_OK) == 0) setenv(var, path.c_str(), 0);
+  }
 }
 
 #define EMU_API extern "C" __attribute__((visibility("default")))
@@ -680,7 +686,7 @@ EMU_API CUresult cuLaunchKernel(CUfunc_st* f, unsigned gx, unsigned gy, unsigned
   return CUDA_SUCCESS;
 }
 
-// ---- for tests and the cuBLASLt stand-in ----
+// ---- for tests and the library stand-ins ----
 
 EMU_API int tessel_emu_enter(void) {
   enter();
@@ -696,6 +702,9 @@ EMU_API int tessel_emu_device_of(const void* p) {
 EMU_API int tessel_emu_range_device(const void* p, std::size_t bytes) {
   return allocation_device(reinterpret_cast<std::uintptr_t>(p), bytes == 0 ? 1 : bytes);
 }
+
+// The device whose context is current on this thread; -1 when none is.
+EMU_API int tessel_emu_current_device(void) { return t_current ? t_current->device : -1; }
 
 EMU_API unsigned long long tessel_emu_kernels_launched(void) { return g_launches.load(); }
 

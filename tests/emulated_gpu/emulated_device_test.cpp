@@ -31,6 +31,7 @@ namespace {
 const bool kEnvironment = [] {
   setenv("TESSEL_CUDA_DRIVER", TESSEL_EMU_DRIVER_PATH, 0);
   setenv("TESSEL_CUBLASLT", TESSEL_EMU_CUBLASLT_PATH, 0);
+  setenv("TESSEL_CUDNN", TESSEL_EMU_CUDNN_PATH, 0);
   setenv("TESSEL_EMU_CACHE_DIR", TESSEL_EMU_TEST_CACHE_DIR, 0);
   setenv("TESSEL_EMULATED_GPUS", "2", 1);
   setenv("TESSEL_EMULATED_GPU_MIB", "512", 1);
