@@ -226,31 +226,64 @@ def torch_lenet():
         nn.Linear(84, 10))
 
 
-def check_torch_loads_tessel_lenet(d):
-    """(d) PyTorch loads tessel's LeNet (convolutions, batch norm with its
-    running statistics, max pooling) strictly and reproduces its logits in
-    eval mode and, from the batch's statistics, in training mode, updating
-    the running statistics as tessel did."""
-    io = pt_load(str(d / "lenet_io.safetensors"))
-    path = d / "lenet.safetensors"
-    meta, _, sd = expand_aliases(path, pt_load(str(path)))
-    model = torch_lenet()
+class TorchResidual(torch.nn.Module):
+    """D2L's Residual, as samples/resnet's resnet_model.h registers it."""
+
+    def __init__(self, input_channels, num_channels, use_1x1conv=False, strides=1):
+        super().__init__()
+        nn = torch.nn
+        self.conv1 = nn.Conv2d(input_channels, num_channels, kernel_size=3, padding=1, stride=strides)
+        self.conv2 = nn.Conv2d(num_channels, num_channels, kernel_size=3, padding=1)
+        self.conv3 = nn.Conv2d(input_channels, num_channels, kernel_size=1, stride=strides) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm2d(num_channels)
+        self.bn2 = nn.BatchNorm2d(num_channels)
+
+    def forward(self, X):
+        Y = torch.nn.functional.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3 is not None:
+            X = self.conv3(X)
+        return torch.nn.functional.relu(Y + X)
+
+
+def torch_resnet():
+    """samples/resnet's ResNet (resnet_model.h, one block per stage), as torch.nn spells it."""
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Sequential(nn.Conv2d(1, 32, kernel_size=3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                      nn.MaxPool2d(3, stride=2, padding=1)),
+        nn.Sequential(TorchResidual(32, 32)),
+        nn.Sequential(TorchResidual(32, 64, use_1x1conv=True, strides=2)),
+        nn.Sequential(TorchResidual(64, 128, use_1x1conv=True, strides=2)),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+
+
+def check_torch_loads_tessel_model(d, name, model, bn):
+    """PyTorch loads tessel's NAME.safetensors (written by interop_tool
+    write-NAME after 3 training steps) strictly into `model` and reproduces
+    its logits in eval mode and, from the batch's statistics, in training
+    mode, updating the running statistics as tessel did. `bn`: the key
+    prefix of one of its batch norms."""
+    io = pt_load(str(d / f"{name}_io.safetensors"))
+    fname = f"{name}.safetensors"
+    meta, _, sd = expand_aliases(d / fname, pt_load(str(d / fname)))
     keys = json.loads(meta.get("tessel.keys", "null"))
     check(keys == list(model.state_dict()),
-          f"lenet.safetensors: tessel.keys are torch's state_dict keys in order ({keys})")
+          f"{fname}: tessel.keys are torch's state_dict keys in order ({keys})")
     try:
         model.load_state_dict(sd, strict=True)
         loaded = True
     except RuntimeError as e:
         loaded = False
         print(e)
-    if not check(loaded, "lenet.safetensors: torch load_state_dict(strict=True)"):
+    if not check(loaded, f"{fname}: torch load_state_dict(strict=True)"):
         return
-    nbt = sd["1.num_batches_tracked"]
+    nbt = sd[f"{bn}.num_batches_tracked"]
     check(nbt.dtype == torch.int64 and nbt.dim() == 0 and int(nbt) == 3,
-          f"lenet.safetensors: 1.num_batches_tracked is an int64 scalar 3 ({nbt.dtype}, {nbt.shape}, {nbt})")
-    check(not torch.equal(sd["1.running_var"], torch.ones(6)) and not torch.equal(sd["1.weight"], torch.ones(6)),
-          "lenet.safetensors: batch norm statistics and affine parameters were trained")
+          f"{fname}: {bn}.num_batches_tracked is an int64 scalar 3 ({nbt.dtype}, {nbt.shape}, {nbt})")
+    ones = torch.ones_like(sd[f"{bn}.weight"])
+    check(not torch.equal(sd[f"{bn}.running_var"], ones) and not torch.equal(sd[f"{bn}.weight"], ones),
+          f"{fname}: batch norm statistics and affine parameters were trained")
     x = io["x"]
     for mode, y_name, tol in [("eval", "y", 1e-5), ("train", "y_train", 1e-5)]:
         model.train(mode == "train")
@@ -258,19 +291,31 @@ def check_torch_loads_tessel_lenet(d):
             y = model(x)
         diff = float((y - io[y_name]).abs().max())
         check(y.shape == io[y_name].shape and diff <= tol,
-              f"lenet: torch {mode}-mode logits match tessel's {y_name} (max abs diff {diff:.3g}, tolerance {tol:g})")
+              f"{name}: torch {mode}-mode logits match tessel's {y_name} (max abs diff {diff:.3g}, tolerance {tol:g})")
     # The training-mode pass updated the running statistics in both, as PyTorch does
     # (momentum 0.1, unbiased batch variance, num_batches_tracked + 1).
-    after = pt_load(str(d / "lenet_after_train_forward.safetensors"))
-    for name, t in model.state_dict().items():
-        if "running" not in name and "num_batches" not in name:
+    after = pt_load(str(d / f"{name}_after_train_forward.safetensors"))
+    for key, t in model.state_dict().items():
+        if "running" not in key and "num_batches" not in key:
             continue
-        a = after[name]
+        a = after[key]
         if t.dtype == torch.int64:
-            check(torch.equal(a, t), f"lenet: {name} after a training-mode pass: tessel {int(a)}, torch {int(t)}")
+            check(torch.equal(a, t), f"{name}: {key} after a training-mode pass: tessel {int(a)}, torch {int(t)}")
         else:
             diff = float((a - t).abs().max())
-            check(diff <= 1e-5, f"lenet: {name} after a training-mode pass matches torch's (max abs diff {diff:.3g})")
+            check(diff <= 1e-5, f"{name}: {key} after a training-mode pass matches torch's (max abs diff {diff:.3g})")
+
+
+def check_torch_loads_tessel_lenet(d):
+    """(d) PyTorch loads tessel's LeNet (convolutions, batch norm with its
+    running statistics, max pooling) and reproduces it."""
+    check_torch_loads_tessel_model(d, "lenet", torch_lenet(), "1")
+
+
+def check_torch_loads_tessel_resnet(d):
+    """(e) PyTorch loads tessel's ResNet (residual blocks, 1x1-convolution
+    shortcuts, nested batch norms, global average pooling) and reproduces it."""
+    check_torch_loads_tessel_model(d, "resnet", torch_resnet(), "2.0.bn1")
 
 
 def main():
@@ -290,6 +335,8 @@ def main():
     check_torch_loads_tessel_mlp(d)
     run_tool(args.tool, "write-lenet", d)
     check_torch_loads_tessel_lenet(d)
+    run_tool(args.tool, "write-resnet", d)
+    check_torch_loads_tessel_resnet(d)
     if failures:
         print(f"interop: {len(failures)} check(s) failed", file=sys.stderr)
         return 1

@@ -1,8 +1,9 @@
 // The C++ half of the interop test (check_interop.py is the Python half).
-//   interop_tool write-mlp DIR   MLP + tied MLP state dicts, inputs and outputs
-//   interop_tool write-lenet DIR the relu-bn LeNet's state dicts, an input and its outputs
-//   interop_tool read FILE       one line per tensor: name dtype [shape] sum first-values
-//   interop_tool copy IN OUT     load IN and save its entries again as OUT
+//   interop_tool write-mlp DIR    MLP + tied MLP state dicts, inputs and outputs
+//   interop_tool write-lenet DIR  the relu-bn LeNet's state dicts, an input and its outputs
+//   interop_tool write-resnet DIR the same for samples/resnet's ResNet
+//   interop_tool read FILE        one line per tensor: name dtype [shape] sum first-values
+//   interop_tool copy IN OUT      load IN and save its entries again as OUT
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "dsl/tessel.h"
 #include "dsl/train/optimizer.h"
 #include "samples/lenet/lenet_model.h"
+#include "samples/resnet/resnet_model.h"
 
 using namespace tessel;
 namespace fs = std::filesystem;
@@ -20,7 +22,8 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: interop_tool write-mlp DIR | write-lenet DIR | read FILE | copy IN OUT\n");
+               "usage: interop_tool write-mlp DIR | write-lenet DIR | write-resnet DIR | read FILE"
+               " | copy IN OUT\n");
   return 2;
 }
 
@@ -41,19 +44,16 @@ int write_mlp(const fs::path& dir) {
   return 0;
 }
 
-// samples/lenet's relu-bn LeNet (convolutions, batch norm, max pooling).
-// A few SGD steps first, so that the batch norms' affine parameters and
-// running statistics are not their initial values; then the logits of one
-// batch in eval mode (running statistics) and in training mode (the batch's),
-// with the state dict saved before the training-mode pass updates it and
-// again after.
-int write_lenet(const fs::path& dir) {
+// A model with batch norms: a few SGD steps first, so that the batch norms'
+// affine parameters and running statistics are not their initial values;
+// then the logits of one batch in eval mode (running statistics) and in
+// training mode (the batch's), with the state dict saved before the
+// training-mode pass updates it and again after: NAME.safetensors,
+// NAME_io.safetensors (x, y, y_train), NAME_after_train_forward.safetensors.
+int write_trained(const fs::path& dir, const std::string& name, nn::Module& net) {
   fs::create_directories(dir);
-  manual_seed(42);
-  auto net = lenet::make_lenet(lenet::Variant::relu_bn);
-  net->apply(lenet::init_xavier);
-  optim::SGD opt(net->parameters(), {.lr = 0.1});
-  net->train();
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  net.train();
   for (int step = 0; step < 3; ++step) {
     Tensor loss = cross_entropy(net(rand({16, 1, 28, 28})), randint(0, 10, {16}));
     opt.zero_grad();
@@ -64,15 +64,31 @@ int write_lenet(const fs::path& dir) {
   Tensor y, y_train;
   {
     NoGradGuard g;
-    net->eval();
+    net.eval();
     y = net(x);
-    save(net->state_dict(), dir / "lenet.safetensors");
-    net->train();
+    save(net.state_dict(), dir / (name + ".safetensors"));
+    net.train();
     y_train = net(x);
   }
-  save(OrderedDict<Tensor>{{"x", x}, {"y", y}, {"y_train", y_train}}, dir / "lenet_io.safetensors");
-  save(net->state_dict(), dir / "lenet_after_train_forward.safetensors");  // running statistics updated
+  save(OrderedDict<Tensor>{{"x", x}, {"y", y}, {"y_train", y_train}}, dir / (name + "_io.safetensors"));
+  save(net.state_dict(), dir / (name + "_after_train_forward.safetensors"));  // running statistics updated
   return 0;
+}
+
+// samples/lenet's relu-bn LeNet (convolutions, batch norm, max pooling).
+int write_lenet(const fs::path& dir) {
+  manual_seed(42);
+  auto net = lenet::make_lenet(lenet::Variant::relu_bn);
+  net->apply(lenet::init_xavier);
+  return write_trained(dir, "lenet", *net);
+}
+
+// samples/resnet's ResNet (residual blocks with 1x1-convolution shortcuts,
+// nested batch norms, global average pooling).
+int write_resnet(const fs::path& dir) {
+  manual_seed(42);
+  auto net = resnet::make_resnet();
+  return write_trained(dir, "resnet", *net);
 }
 
 std::string shape_str(const Tensor& t) {
@@ -108,6 +124,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "write-mlp") return write_mlp(argv[2]);
     if (cmd == "write-lenet") return write_lenet(argv[2]);
+    if (cmd == "write-resnet") return write_resnet(argv[2]);
     if (cmd == "read") return read(argv[2]);
     if (cmd == "copy" && argc == 4) return copy(argv[2], argv[3]);
   } catch (const std::exception& e) {
