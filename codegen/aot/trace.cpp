@@ -60,4 +60,6 @@ void TraceBackend::realize(const std::vector<ir::NodePtr>& roots, bool keep_grad
   exec::run_schedule(rec, roots, sched::schedule(roots, {16, keep_grad_values}), keep_grad_values);
 }
 
+void TraceBackend::copy_into(const ir::BufferView&, const ir::BufferView&, DType, const Shape&) {}
+
 }  // namespace tessel::aot

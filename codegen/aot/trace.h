@@ -33,6 +33,11 @@ class TraceBackend final : public Backend {
  public:
   std::string_view name() const override { return "aot-trace"; }
   void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override;
+  /// Writes nothing. An in-place write on real memory while tracing (batch
+  /// norm's running statistics and batch count in train mode, any buffer a
+  /// traced step updates) would copy values that were never computed into the
+  /// model; the kernel computing the new value is recorded all the same.
+  void copy_into(const ir::BufferView& dst, const ir::BufferView& src, DType t, const Shape& s) override;
 
   /// Distinct kernels in order of first launch.
   const std::vector<TracedKernel>& kernels() const { return kernels_; }

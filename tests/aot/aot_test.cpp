@@ -69,6 +69,52 @@ TEST_CASE("tracing for export launches and compiles nothing", "[aot]") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("tracing a train-mode step leaves batch norm's running statistics and batch count as they were", "[aot]") {
+  // Batch norm in train mode writes its running statistics and batch count in
+  // place. The trace computes no values, so those writes must not reach the
+  // model's memory (they once copied uncomputed values into it), while the
+  // kernels computing them are still exported.
+  fs::path dir = fresh_dir("bn_train");
+  nn::Sequential net(nn::Conv2d(1, 3, 3), nn::BatchNorm2d(3), nn::ReLU(), nn::Flatten(), nn::Linear(3 * 4 * 4, 5),
+                     nn::BatchNorm1d(5));
+  Tensor x = randn({4, 1, 6, 6});
+  {
+    BackendOverride interp(ref_backend());
+    NoGradGuard g;
+    x.eval();
+    OrderedDict<Tensor> buffers = net->named_buffers();
+    for (const std::string k : {"1.", "5."}) {
+      buffers[k + "running_mean"].fill_(0.25);
+      buffers[k + "running_var"].fill_(2.0);
+      buffers[k + "num_batches_tracked"].fill_(3);
+    }
+    for (auto& [k, t] : net->state_dict()) t.eval();
+  }
+  std::map<std::string, std::vector<double>> before;
+  for (auto& [k, t] : net->state_dict()) before[k] = t.to_vector<double>();
+  net->train();
+  CpuJitStats jit = cpu_jit_stats();
+  const uint64_t ref_runs = ref_stats().realizations;
+  auto step = [&](const std::vector<Tensor>& in) {
+    Tensor y = net(in[0]);
+    return std::vector<Tensor>{(y * y).mean()};
+  };
+  aot::Manifest m = aot::export_traced(
+      step, {x}, dir, {.name = "bn_train", .backward = true, .optimizer = aot::sgd({.lr = 0.1}), .cuda = false},
+      net->parameters());
+  CHECK(cpu_jit_stats().kernels_launched == jit.kernels_launched);
+  CHECK(cpu_jit_stats().kernels_compiled == jit.kernels_compiled);
+  CHECK(ref_stats().realizations == ref_runs);
+  CHECK(m.kernels.size() > 0);
+  for (auto& [k, t] : net->state_dict()) {
+    INFO(k);
+    CHECK(t.to_vector<double>() == before.at(k));
+  }
+  CHECK(before.at("1.running_mean") == std::vector<double>(3, 0.25));
+  CHECK(before.at("5.num_batches_tracked") == std::vector<double>{3.0});
+  fs::remove_all(dir);
+}
+
 TEST_CASE("an export writes every file and its manifest reads back equal", "[aot]") {
   fs::path dir = fresh_dir("roundtrip");
   aot::Manifest m = export_chain(dir);
