@@ -341,6 +341,11 @@ class Interpreter {
           inner.run([&](auto ioff, auto ist, int64_t ilen) {
             for (int64_t j = 0; j < ilen; ++j, ++pos) {
               Acc v = static_cast<Acc>(base[ioff[0] + j * ist[0]]);
+              // NaN propagates through max/min/argmax; integers are never NaN.
+              auto nan = [](Acc a) {
+                if constexpr (std::is_floating_point_v<Acc>) return std::isnan(a);
+                else return false;
+              };
               switch (n.op) {
                 case Op::Sum: case Op::Mean: acc += v; break;
                 case Op::Prod:
@@ -350,10 +355,10 @@ class Interpreter {
                   else
                     acc *= v;
                   break;
-                case Op::Max: if (v > acc || v != v) acc = (acc != acc) ? acc : v; break;
-                case Op::Min: if (v < acc || v != v) acc = (acc != acc) ? acc : v; break;
+                case Op::Max: if (v > acc || nan(v)) acc = nan(acc) ? acc : v; break;
+                case Op::Min: if (v < acc || nan(v)) acc = nan(acc) ? acc : v; break;
                 case Op::ArgMax:
-                  if (acc == acc && (v > acc || v != v)) { acc = v; best = pos; }
+                  if (!nan(acc) && (v > acc || nan(v))) { acc = v; best = pos; }
                   break;
                 TESSEL_IR_CASES_NOT_REDUCE break;
               }
