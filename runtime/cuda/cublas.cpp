@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/cuda/device_allocator.h"
+#include "runtime/cuda/shared_library.h"
 #include "runtime/errors.h"
 
 namespace tessel::cuda {
@@ -108,66 +109,37 @@ namespace {
 
 using lt::Status;
 
-// Libraries to try, in order (see cublas.h).
-std::vector<std::string> candidates(std::string* override_note) {
-  if (const char* e = std::getenv("TESSEL_CUBLASLT"); e && *e) {
-    *override_note = fmt::format("TESSEL_CUBLASLT={}", e);
-    return {e};
-  }
-  std::vector<std::string> c{"libcublasLt.so.13", "libcublasLt.so.12"};
-#ifdef TESSEL_CUDA_LIBRARY_DIR
-  c.push_back(std::string(TESSEL_CUDA_LIBRARY_DIR) + "/libcublasLt.so.13");
-#endif
-  return c;
-}
-
-template <class F>
-void bind(lt::Api& a, F& fn, const char* symbol, std::string& missing) {
-  fn = reinterpret_cast<F>(dlsym(a.lib, symbol));
-  if (!fn) missing += missing.empty() ? symbol : std::string(", ") + symbol;
-}
-
 lt::Api load() noexcept {
   lt::Api a;
   try {
-    std::string note;
-    std::vector<std::string> tried;
-    for (const std::string& path : candidates(&note)) {
-      a.lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (a.lib) {
-        a.library = path;
-        break;
-      }
-      const char* why = dlerror();
-      tried.push_back(why ? why : fmt::format("{}: cannot be loaded", path));
-    }
+    // Candidates in order (see the header): the loader, then the toolkit tessel was built with.
+    std::vector<std::string> defaults{"libcublasLt.so.13", "libcublasLt.so.12"};
+#ifdef TESSEL_CUDA_LIBRARY_DIR
+    defaults.push_back(std::string(TESSEL_CUDA_LIBRARY_DIR) + "/libcublasLt.so.13");
+#endif
+    SharedLibrary lib = open_shared_library({"cuBLASLt", "TESSEL_CUBLASLT", "libcublasLt.so.13"}, std::move(defaults));
+    a.lib = lib.handle;
+    a.library = lib.path;
     if (!a.lib) {
-      std::string list;
-      for (const std::string& t : tried) list += (list.empty() ? "" : "; ") + t;
-      a.unavailable = note.empty()
-                          ? fmt::format("cuBLASLt could not be loaded (tried {}); set TESSEL_CUBLASLT to the path of "
-                                        "libcublasLt.so.13",
-                                        list)
-                          : fmt::format("cuBLASLt could not be loaded from {} ({}); unset TESSEL_CUBLASLT or point it "
-                                        "at libcublasLt.so.13",
-                                        note, list);
+      a.unavailable = lib.error;
       return a;
     }
+    const std::string note = lib.override;
     std::string missing;
-    bind(a, a.GetVersion, "cublasLtGetVersion", missing);
-    bind(a, a.GetStatusName, "cublasLtGetStatusName", missing);
-    bind(a, a.Create, "cublasLtCreate", missing);
-    bind(a, a.Destroy, "cublasLtDestroy", missing);
-    bind(a, a.MatmulDescCreate, "cublasLtMatmulDescCreate", missing);
-    bind(a, a.MatmulDescDestroy, "cublasLtMatmulDescDestroy", missing);
-    bind(a, a.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute", missing);
-    bind(a, a.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate", missing);
-    bind(a, a.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy", missing);
-    bind(a, a.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate", missing);
-    bind(a, a.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy", missing);
-    bind(a, a.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute", missing);
-    bind(a, a.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic", missing);
-    bind(a, a.Matmul, "cublasLtMatmul", missing);
+    bind_symbol(a.lib, a.GetVersion, "cublasLtGetVersion", missing);
+    bind_symbol(a.lib, a.GetStatusName, "cublasLtGetStatusName", missing);
+    bind_symbol(a.lib, a.Create, "cublasLtCreate", missing);
+    bind_symbol(a.lib, a.Destroy, "cublasLtDestroy", missing);
+    bind_symbol(a.lib, a.MatmulDescCreate, "cublasLtMatmulDescCreate", missing);
+    bind_symbol(a.lib, a.MatmulDescDestroy, "cublasLtMatmulDescDestroy", missing);
+    bind_symbol(a.lib, a.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute", missing);
+    bind_symbol(a.lib, a.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate", missing);
+    bind_symbol(a.lib, a.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy", missing);
+    bind_symbol(a.lib, a.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate", missing);
+    bind_symbol(a.lib, a.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy", missing);
+    bind_symbol(a.lib, a.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute", missing);
+    bind_symbol(a.lib, a.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic", missing);
+    bind_symbol(a.lib, a.Matmul, "cublasLtMatmul", missing);
     if (!missing.empty())
       a.unavailable = fmt::format("{}{} lacks {}: not cuBLASLt, or one older than 11", a.library,
                                   note.empty() ? "" : " (named by TESSEL_CUBLASLT)", missing);

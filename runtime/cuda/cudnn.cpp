@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/cuda/device_allocator.h"
+#include "runtime/cuda/shared_library.h"
 #include "runtime/errors.h"
 
 namespace tessel::cuda {
@@ -124,76 +125,47 @@ namespace {
 
 using dnn::Status;
 
-// Libraries to try, in order (see cudnn.h).
-std::vector<std::string> candidates(std::string* override_note) {
-  if (const char* e = std::getenv("TESSEL_CUDNN"); e && *e) {
-    *override_note = fmt::format("TESSEL_CUDNN={}", e);
-    return {e};
-  }
-  std::vector<std::string> c{"libcudnn.so.9"};
-#ifdef TESSEL_CUDA_LIBRARY_DIR
-  c.push_back(std::string(TESSEL_CUDA_LIBRARY_DIR) + "/libcudnn.so.9");
-#endif
-  return c;
-}
-
-template <class F>
-void bind(dnn::Api& a, F& fn, const char* symbol, std::string& missing) {
-  fn = reinterpret_cast<F>(dlsym(a.lib, symbol));
-  if (!fn) missing += missing.empty() ? symbol : std::string(", ") + symbol;
-}
-
 dnn::Api load() noexcept {
   dnn::Api a;
   try {
-    std::string note;
-    std::vector<std::string> tried;
-    for (const std::string& path : candidates(&note)) {
-      a.lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (a.lib) {
-        a.library = path;
-        break;
-      }
-      const char* why = dlerror();
-      tried.push_back(why ? why : fmt::format("{}: cannot be loaded", path));
-    }
+    // Candidates in order (see the header): the loader, then the toolkit tessel was built with.
+    std::vector<std::string> defaults{"libcudnn.so.9"};
+#ifdef TESSEL_CUDA_LIBRARY_DIR
+    defaults.push_back(std::string(TESSEL_CUDA_LIBRARY_DIR) + "/libcudnn.so.9");
+#endif
+    SharedLibrary lib = open_shared_library({"cuDNN", "TESSEL_CUDNN", "libcudnn.so.9"}, std::move(defaults));
+    a.lib = lib.handle;
+    a.library = lib.path;
     if (!a.lib) {
-      std::string list;
-      for (const std::string& t : tried) list += (list.empty() ? "" : "; ") + t;
-      a.unavailable = note.empty()
-                          ? fmt::format("cuDNN could not be loaded (tried {}); set TESSEL_CUDNN to the path of "
-                                        "libcudnn.so.9",
-                                        list)
-                          : fmt::format("cuDNN could not be loaded from {} ({}); unset TESSEL_CUDNN or point it at "
-                                        "libcudnn.so.9",
-                                        note, list);
+      a.unavailable = lib.error;
       return a;
     }
+    const std::string note = lib.override;
     std::string missing;
-    bind(a, a.GetVersion, "cudnnGetVersion", missing);
-    bind(a, a.GetErrorString, "cudnnGetErrorString", missing);
-    bind(a, a.Create, "cudnnCreate", missing);
-    bind(a, a.SetStream, "cudnnSetStream", missing);
-    bind(a, a.CreateTensorDescriptor, "cudnnCreateTensorDescriptor", missing);
-    bind(a, a.SetTensor4dDescriptor, "cudnnSetTensor4dDescriptor", missing);
-    bind(a, a.DestroyTensorDescriptor, "cudnnDestroyTensorDescriptor", missing);
-    bind(a, a.CreateFilterDescriptor, "cudnnCreateFilterDescriptor", missing);
-    bind(a, a.SetFilter4dDescriptor, "cudnnSetFilter4dDescriptor", missing);
-    bind(a, a.DestroyFilterDescriptor, "cudnnDestroyFilterDescriptor", missing);
-    bind(a, a.CreateConvolutionDescriptor, "cudnnCreateConvolutionDescriptor", missing);
-    bind(a, a.SetConvolution2dDescriptor, "cudnnSetConvolution2dDescriptor", missing);
-    bind(a, a.SetConvolutionGroupCount, "cudnnSetConvolutionGroupCount", missing);
-    bind(a, a.SetConvolutionMathType, "cudnnSetConvolutionMathType", missing);
-    bind(a, a.DestroyConvolutionDescriptor, "cudnnDestroyConvolutionDescriptor", missing);
-    bind(a, a.GetForwardAlgorithm, "cudnnGetConvolutionForwardAlgorithm_v7", missing);
-    bind(a, a.GetBackwardDataAlgorithm, "cudnnGetConvolutionBackwardDataAlgorithm_v7", missing);
-    bind(a, a.GetBackwardFilterAlgorithm, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", missing);
-    bind(a, a.GetForwardWorkspaceSize, "cudnnGetConvolutionForwardWorkspaceSize", missing);
-    bind(a, a.GetBackwardDataWorkspaceSize, "cudnnGetConvolutionBackwardDataWorkspaceSize", missing);
-    bind(a, a.GetBackwardFilterWorkspaceSize, "cudnnGetConvolutionBackwardFilterWorkspaceSize", missing);
-    bind(a, a.ConvolutionForward, "cudnnConvolutionForward", missing);
-    bind(a, a.ConvolutionBackwardData, "cudnnConvolutionBackwardData", missing);
-    bind(a, a.ConvolutionBackwardFilter, "cudnnConvolutionBackwardFilter", missing);
+    bind_symbol(a.lib, a.GetVersion, "cudnnGetVersion", missing);
+    bind_symbol(a.lib, a.GetErrorString, "cudnnGetErrorString", missing);
+    bind_symbol(a.lib, a.Create, "cudnnCreate", missing);
+    bind_symbol(a.lib, a.SetStream, "cudnnSetStream", missing);
+    bind_symbol(a.lib, a.CreateTensorDescriptor, "cudnnCreateTensorDescriptor", missing);
+    bind_symbol(a.lib, a.SetTensor4dDescriptor, "cudnnSetTensor4dDescriptor", missing);
+    bind_symbol(a.lib, a.DestroyTensorDescriptor, "cudnnDestroyTensorDescriptor", missing);
+    bind_symbol(a.lib, a.CreateFilterDescriptor, "cudnnCreateFilterDescriptor", missing);
+    bind_symbol(a.lib, a.SetFilter4dDescriptor, "cudnnSetFilter4dDescriptor", missing);
+    bind_symbol(a.lib, a.DestroyFilterDescriptor, "cudnnDestroyFilterDescriptor", missing);
+    bind_symbol(a.lib, a.CreateConvolutionDescriptor, "cudnnCreateConvolutionDescriptor", missing);
+    bind_symbol(a.lib, a.SetConvolution2dDescriptor, "cudnnSetConvolution2dDescriptor", missing);
+    bind_symbol(a.lib, a.SetConvolutionGroupCount, "cudnnSetConvolutionGroupCount", missing);
+    bind_symbol(a.lib, a.SetConvolutionMathType, "cudnnSetConvolutionMathType", missing);
+    bind_symbol(a.lib, a.DestroyConvolutionDescriptor, "cudnnDestroyConvolutionDescriptor", missing);
+    bind_symbol(a.lib, a.GetForwardAlgorithm, "cudnnGetConvolutionForwardAlgorithm_v7", missing);
+    bind_symbol(a.lib, a.GetBackwardDataAlgorithm, "cudnnGetConvolutionBackwardDataAlgorithm_v7", missing);
+    bind_symbol(a.lib, a.GetBackwardFilterAlgorithm, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", missing);
+    bind_symbol(a.lib, a.GetForwardWorkspaceSize, "cudnnGetConvolutionForwardWorkspaceSize", missing);
+    bind_symbol(a.lib, a.GetBackwardDataWorkspaceSize, "cudnnGetConvolutionBackwardDataWorkspaceSize", missing);
+    bind_symbol(a.lib, a.GetBackwardFilterWorkspaceSize, "cudnnGetConvolutionBackwardFilterWorkspaceSize", missing);
+    bind_symbol(a.lib, a.ConvolutionForward, "cudnnConvolutionForward", missing);
+    bind_symbol(a.lib, a.ConvolutionBackwardData, "cudnnConvolutionBackwardData", missing);
+    bind_symbol(a.lib, a.ConvolutionBackwardFilter, "cudnnConvolutionBackwardFilter", missing);
     if (!missing.empty())
       a.unavailable = fmt::format("{}{} lacks {}: not cuDNN, or one without the legacy convolution API (cuDNN 7 to 9)",
                                   a.library, note.empty() ? "" : " (named by TESSEL_CUDNN)", missing);
