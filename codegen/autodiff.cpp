@@ -107,6 +107,42 @@ NodePtr last_two_transposed(const NodePtr& x) {
   return ir::transpose(x, r - 2, r - 1);
 }
 
+// An Attention's q, k, v gradients: one AttentionGrad node, its packed
+// value cut into three views. The log-sum-exp column's gradient is dropped:
+// the DSL hands out only the output columns, so it is zero.
+std::vector<NodePtr> attention_derivative(const NodePtr& self, const NodePtr& g) {
+  const ir::Node& n = *self;
+  const Shape& q = n.args[0]->shape;
+  const int64_t r = q.rank();
+  const int64_t tq = q[r - 2], d = q[r - 1], tk = n.args[1]->shape[r - 2], dv = n.args[2]->shape[r - 1];
+  std::vector<int64_t> go_dims(q.dims.begin(), q.dims.end() - 1);
+  go_dims.push_back(dv);
+  Shape go_shape(go_dims);
+  NodePtr go;
+  // The usual g is the DSL's slice gradient: a zero pad of exactly the output.
+  if (g->op == Op::Pad && g->args[0]->shape == go_shape) {
+    bool leading = true;
+    for (const ir::PadWidth& w : g->widths().dims) leading = leading && w.before == 0;
+    if (leading) go = g->args[0];
+  }
+  if (!go) go = ir::slice(g, std::vector<int64_t>(static_cast<size_t>(r), 0), std::vector<int64_t>(static_cast<size_t>(r), 1), go_shape);
+  NodePtr packed = ir::attention_grad(self, go);
+  std::vector<int64_t> batch(q.dims.begin(), q.dims.end() - 2);
+  auto part = [&](int64_t start, int64_t rows, int64_t cols) {
+    std::vector<int64_t> starts(static_cast<size_t>(r - 1), 0), steps(static_cast<size_t>(r - 1), 1);
+    starts.back() = start;
+    std::vector<int64_t> flat(batch);
+    flat.push_back(rows * cols);
+    std::vector<int64_t> shaped(batch);
+    shaped.push_back(rows);
+    shaped.push_back(cols);
+    return ir::reshape(ir::slice(packed, starts, steps, Shape(flat)), shaped);
+  };
+  std::vector<NodePtr> out{part(0, tq, d), part(tq * d, tk, d), part(tq * d + tk * d, tk, dv)};
+  if (n.args.size() == 4) out.push_back(nullptr);  // the mask: no gradient (the DSL refuses one that wants it)
+  return out;
+}
+
 // d(out)/d(args[i]) * g for node `n` (whose value is `self`).
 std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
   const ir::Node& n = *self;
@@ -225,6 +261,11 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::ConvGradInput: return {ir::conv(g, a[1], n.conv()), ir::conv_grad_weight(g, a[0], n.conv(), a[1]->shape)};
     // gw = grad_weight(x, gy): d x = grad_input(gy, g), d gy = conv(x, g).
     case Op::ConvGradWeight: return {ir::conv_grad_input(a[1], g, n.conv(), a[0]->shape), ir::conv(a[0], g, n.conv())};
+    case Op::Attention: return attention_derivative(self, g);
+    case Op::AttentionGrad:
+      throw ValueError(
+          "scaled_dot_product_attention: a derivative of its gradient (double backward) is not supported by the fused "
+          "op; use scaled_dot_product_attention_math for higher-order derivatives");
     case Op::Slice: return {unslice(g, n)};
     case Op::Pad: return {unpad(g, n), nullptr};
     case Op::Cat: return uncat(g, n);
@@ -321,6 +362,7 @@ std::string grad_fn_name(const ir::Node& n) {
   if (n.op == Op::MatMul) return n.shape.rank() == 2 ? "MmBackward0" : "BmmBackward0";
   if (n.op == Op::Conv) return "ConvolutionBackward0";
   if (n.op == Op::ConvGradInput || n.op == Op::ConvGradWeight) return "ConvolutionBackwardBackward0";
+  if (n.op == Op::Attention) return "ScaledDotProductFlashAttentionBackward0";
   if (n.op == Op::Pow) return n.args[1]->requires_grad ? "PowBackward1" : "PowBackward0";
   if (n.op == Op::Log1p) return "Log1PBackward0";
   if (n.op == Op::Pad) return "ConstantPadNdBackward0";

@@ -459,4 +459,73 @@ NodePtr conv_grad_weight(NodePtr x, NodePtr gy, const ConvAttrs& attrs, Shape we
   return conv_node(Op::ConvGradWeight, std::move(x), std::move(gy), std::move(weight), attrs);
 }
 
+// The two attention nodes. Batch dims broadcast here (explicit Expands, as
+// elementwise ops get); the DSL (dsl/attention.cpp) has checked the user's
+// shapes and dtypes and computes halves in f32.
+namespace {
+
+std::vector<int64_t> attention_batch(const std::vector<const Node*>& xs) {
+  Shape b;
+  for (const Node* x : xs) {
+    std::vector<int64_t> lead(x->shape.dims.begin(), x->shape.dims.end() - 2);
+    b = broadcast_shapes("scaled_dot_product_attention", b, Shape(std::move(lead)));
+  }
+  return b.dims;
+}
+
+NodePtr expand_batch(NodePtr x, const std::vector<int64_t>& batch) {
+  std::vector<int64_t> full(batch);
+  full.push_back(x->shape[x->shape.rank() - 2]);
+  full.push_back(x->shape[x->shape.rank() - 1]);
+  Shape s(std::move(full));
+  return x->shape == s ? x : expand(std::move(x), std::move(s));
+}
+
+}  // namespace
+
+NodePtr attention(NodePtr q, NodePtr k, NodePtr v, NodePtr mask, const AttentionAttrs& attrs) {
+  TESSEL_ASSERT("builders", q->shape.rank() >= 2 && k->shape.rank() >= 2 && v->shape.rank() >= 2 &&
+                                q->dtype == k->dtype && q->dtype == v->dtype && (q->dtype == DType::f32 || q->dtype == DType::f64) &&
+                                (mask != nullptr) == (attrs.mask != AttentionMask::None));
+  std::vector<const Node*> xs{q.get(), k.get(), v.get()};
+  if (mask) xs.push_back(mask.get());
+  const std::vector<int64_t> batch = attention_batch(xs);
+  const int64_t tq = q->shape[q->shape.rank() - 2], dv = v->shape[v->shape.rank() - 1];
+  std::vector<NodePtr> args{expand_batch(std::move(q), batch), expand_batch(std::move(k), batch),
+                            expand_batch(std::move(v), batch)};
+  if (mask) {
+    if (attrs.mask == AttentionMask::Additive && mask->dtype != args[0]->dtype) mask = cast(std::move(mask), args[0]->dtype);
+    std::vector<int64_t> full(batch);
+    full.push_back(tq);
+    full.push_back(args[1]->shape[args[1]->shape.rank() - 2]);
+    Shape ms(std::move(full));
+    if (!(mask->shape == ms)) mask = expand(std::move(mask), std::move(ms));
+    args.push_back(std::move(mask));
+  }
+  std::vector<int64_t> out(batch);
+  out.push_back(tq);
+  out.push_back(dv + 1);
+  const DType dt = args[0]->dtype;
+  NodePtr n = make(Op::Attention, dt, Shape(std::move(out)), std::move(args));
+  n->attrs = attrs;
+  return n;
+}
+
+NodePtr attention_grad(NodePtr fwd, NodePtr g) {
+  TESSEL_ASSERT("builders", fwd->op == Op::Attention && g->dtype == fwd->dtype);
+  const Shape& q = fwd->args[0]->shape;
+  const int64_t r = q.rank();
+  const int64_t tq = q[r - 2], d = q[r - 1], tk = fwd->args[1]->shape[r - 2], dv = fwd->args[2]->shape[r - 1];
+  std::vector<int64_t> gs(q.dims.begin(), q.dims.end() - 1);
+  gs.push_back(dv);
+  if (!(g->shape == Shape(gs))) g = expand(std::move(g), Shape(gs));
+  std::vector<NodePtr> args{fwd->args[0], fwd->args[1], fwd->args[2], fwd, std::move(g)};
+  if (fwd->args.size() == 4) args.push_back(fwd->args[3]);
+  std::vector<int64_t> out(q.dims.begin(), q.dims.end() - 2);
+  out.push_back(tq * d + tk * d + tk * dv);
+  NodePtr n = make(Op::AttentionGrad, fwd->dtype, Shape(std::move(out)), std::move(args));
+  n->attrs = fwd->attrs;
+  return n;
+}
+
 }  // namespace tessel::ir

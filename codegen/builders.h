@@ -48,6 +48,15 @@ NodePtr gather(NodePtr x, NodePtr idx, int64_t axis);
 /// torch.zeros(shape).scatter_add_(axis, idx, src): src's elements added at
 /// the positions idx names along `axis` (in element order: deterministic).
 NodePtr scatter_add(NodePtr src, NodePtr idx, int64_t axis, Shape shape);
+/// Fused attention of q [*, Tq, D], k [*, Tk, D], v [*, Tk, Dv] (f32 or
+/// f64, one dtype) and, when attrs.mask is not None, `mask` broadcastable to
+/// [*, Tq, Tk] (bool, or floating: cast to q's dtype). Batch dims broadcast.
+/// The value is [*, Tq, Dv + 1]: the output and each row's log-sum-exp
+/// (codegen/attention_geometry.h).
+NodePtr attention(NodePtr q, NodePtr k, NodePtr v, NodePtr mask, const AttentionAttrs& attrs);
+/// The packed q, k, v gradients of Attention node `fwd` from the output's
+/// gradient g [*, Tq, Dv].
+NodePtr attention_grad(NodePtr fwd, NodePtr g);
 /// torch.matmul semantics: 1-D operands, 2-D, batched with broadcast batch dims.
 NodePtr matmul(NodePtr a, NodePtr b);
 /// 2-D convolution of x [n, c, h, w] with w [o, c / groups, kh, kw] (the DSL's

@@ -134,6 +134,9 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
       case sched::StepKind::Conv:
         values[n] = ex.conv(*n, arg_values(n));
         break;
+      case sched::StepKind::Attention:
+        values[n] = ex.attention(*n, arg_values(n));
+        break;
       case sched::StepKind::Fallback:
         values[n] = ex.host_eval(*n, arg_values(n));
         break;

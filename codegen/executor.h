@@ -40,6 +40,11 @@ class StepExecutor {
   /// A convolution node's value (Conv, ConvGradInput, ConvGradWeight); the
   /// default is the ref loops.
   virtual ir::BufferView conv(const ir::Node& n, const std::vector<ir::BufferView>& args) { return host_eval(n, args); }
+  /// An Attention or AttentionGrad node's value (codegen/attention_geometry.h);
+  /// the default is the ref loops.
+  virtual ir::BufferView attention(const ir::Node& n, const std::vector<ir::BufferView>& args) {
+    return host_eval(n, args);
+  }
   /// A 2-D matmul written into `out` (dense [M, N]) and its elementwise
   /// epilogue `epi`, which reads `out` and whose rows are the matmul's rows.
   /// Both operands are in BLAS form (gemm::operand accepts them).

@@ -1,3 +1,4 @@
+#include <bit>
 #include "codegen/ir.h"
 
 #include <fmt/format.h>
@@ -131,6 +132,11 @@ std::string attrs(const Node& n) {
                          fmt::join(c.pad_before, ", "), fmt::join(c.pad_after, ", "), fmt::join(c.dilation, ", "),
                          c.groups);
     }
+    case AttrKind::Attention: {
+      const AttentionAttrs& a = n.attention();
+      return fmt::format(" scale={} causal={} mask={} dropout={} seed={}", a.scale, a.causal, static_cast<int>(a.mask),
+                         a.dropout_p, a.seed);
+    }
   }
   return {};
 }
@@ -162,6 +168,12 @@ void append_attrs(std::vector<int64_t>& key, const Node& n) {
       const ConvAttrs& c = n.conv();
       for (const auto* a : {&c.stride, &c.pad_before, &c.pad_after, &c.dilation}) key.insert(key.end(), a->begin(), a->end());
       key.push_back(c.groups);
+      return;
+    }
+    case AttrKind::Attention: {
+      const AttentionAttrs& a = n.attention();
+      key.insert(key.end(), {std::bit_cast<int64_t>(a.scale), int64_t{a.causal}, static_cast<int64_t>(a.mask),
+                             std::bit_cast<int64_t>(a.dropout_p), static_cast<int64_t>(a.seed)});
       return;
     }
   }

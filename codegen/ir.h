@@ -122,7 +122,9 @@ enum Trait : uint32_t {
   X(MatMul, Contraction, None, kNoTraits, "[..., n, k] @ [..., k, m] -> [..., n, m]; batch dims equal")                \
   X(Conv, Contraction, Conv, kNoTraits, "2-D convolution: [n, c, h, w] with [o, c / groups, kh, kw] -> [n, o, oh, ow]") \
   X(ConvGradInput, Contraction, Conv, kNoTraits, "a Conv's input gradient from (gy, weight); shape: the input's")      \
-  X(ConvGradWeight, Contraction, Conv, kNoTraits, "a Conv's weight gradient from (input, gy); shape: the weight's")
+  X(ConvGradWeight, Contraction, Conv, kNoTraits, "a Conv's weight gradient from (input, gy); shape: the weight's")  \
+  X(Attention, Contraction, Attention, kNoTraits, "fused softmax(scale q k^T + mask) v of (q, k, v, mask?): [*, Tq, Dv + 1], last column the row log-sum-exp") \
+  X(AttentionGrad, Contraction, Attention, kNoTraits, "an Attention's q, k, v gradients from (q, k, v, fwd, g, mask?), packed [*, Tq*D + Tk*D + Tk*Dv]")
 
 enum class Op : uint8_t {
 #define TESSEL_X(name, cat, attrs, traits, doc) name,
@@ -139,7 +141,7 @@ inline constexpr int kNumOps = 0
 enum class Category : uint8_t { Leaf, Unary, Binary, Compare, Ternary, Reduce, Movement, Indexed, Scatter, Contraction };
 
 /// Which attribute struct a node kind carries in Node::attrs (the table's third column).
-enum class AttrKind : uint8_t { None, Reduce, Order, Window, Widths, Axis, Conv };
+enum class AttrKind : uint8_t { None, Reduce, Order, Window, Widths, Axis, Conv, Attention };
 
 std::string_view op_name(Op op);   // "add", "matmul"
 Category op_category(Op op);
@@ -307,8 +309,21 @@ struct ConvAttrs {
   int64_t groups = 1;
   bool operator==(const ConvAttrs&) const = default;
 };
+/// Attention, AttentionGrad (codegen/attention_geometry.h): the score scale,
+/// the causal triangle, the mask's kind (its tensor is the last arg), and
+/// dropout's probability and Philox seed (a fresh seed per call, so nodes of
+/// two calls differ; backward reuses its forward's).
+enum class AttentionMask : uint8_t { None, Bool, Additive };
+struct AttentionAttrs {
+  double scale = 1.0;
+  bool causal = false;
+  AttentionMask mask = AttentionMask::None;
+  double dropout_p = 0.0;
+  uint64_t seed = 0;
+  bool operator==(const AttentionAttrs&) const = default;
+};
 /// Alternatives in AttrKind order.
-using Attrs = std::variant<NoAttrs, ReduceAttrs, OrderAttrs, WindowAttrs, WidthsAttrs, AxisAttrs, ConvAttrs>;
+using Attrs = std::variant<NoAttrs, ReduceAttrs, OrderAttrs, WindowAttrs, WidthsAttrs, AxisAttrs, ConvAttrs, AttentionAttrs>;
 
 struct Node;
 using NodePtr = std::shared_ptr<Node>;
@@ -330,6 +345,7 @@ struct Node {
   const WidthsAttrs& widths() const { return attr<WidthsAttrs>("pad widths"); }
   int64_t axis() const { return attr<AxisAttrs>("axis").axis; }
   const ConvAttrs& conv() const { return attr<ConvAttrs>("convolution"); }
+  const AttentionAttrs& attention() const { return attr<AttentionAttrs>("attention"); }
 
   // Autograd: true when a gradient flows to some leaf below.
   bool requires_grad = false;

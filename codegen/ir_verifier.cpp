@@ -41,7 +41,10 @@ class NodeCheck {
       case Category::Movement: arity(1); movement(); return;
       case Category::Indexed: indexed(); return;
       case Category::Scatter: arity(2); scatter(); return;
-      case Category::Contraction: arity(2); contraction(); return;
+      case Category::Contraction:
+        if (n_.op != Op::Attention && n_.op != Op::AttentionGrad) arity(2);  // attention() counts its own
+        contraction();
+        return;
     }
   }
 
@@ -210,6 +213,7 @@ class NodeCheck {
   }
 
   void contraction() const {
+    if (n_.op == Op::Attention || n_.op == Op::AttentionGrad) return attention();
     if (n_.op != Op::MatMul) return convolution();
     const Shape &a = arg(0).shape, &b = arg(1).shape;
     expect(a.rank() >= 2 && a.rank() == b.rank() && n_.shape.rank() == a.rank(), "multiplies operands of ranks other than equal and >= 2");
@@ -218,6 +222,46 @@ class NodeCheck {
     for (int64_t d = 0; d < r - 2; ++d) expect(a[d] == b[d] && n_.shape[d] == a[d], "has unequal batch dims");
     expect(n_.shape[r - 2] == a[r - 2] && n_.shape[r - 1] == b[r - 1], fmt::format("has shape {}", n_.shape.str()));
     expect(arg(0).dtype == n_.dtype && arg(1).dtype == n_.dtype, "has operands of another dtype");
+  }
+
+  // Both attention nodes: equal batch dims, matching head dims, a mask of
+  // [*, Tq, Tk] exactly when the attributes name one, the packed shapes.
+  void attention() const {
+    expect(n_.dtype == DType::f32 || n_.dtype == DType::f64, "is not f32/f64");
+    const AttentionAttrs& a = n_.attention();
+    const bool masked = a.mask != AttentionMask::None;
+    const size_t want = (n_.op == Op::Attention ? 3u : 5u) + (masked ? 1u : 0u);
+    expect(n_.args.size() == want, fmt::format("has {} args for {} expected", n_.args.size(), want));
+    const Shape &q = arg(0).shape, &k = arg(1).shape, &v = arg(2).shape;
+    const int64_t r = q.rank();
+    expect(r >= 2 && k.rank() == r && v.rank() == r, "has q, k, v of different ranks (or below 2)");
+    for (int64_t d = 0; d < r - 2; ++d) expect(k[d] == q[d] && v[d] == q[d], "has unequal batch dims");
+    const int64_t tq = q[r - 2], d = q[r - 1], tk = k[r - 2], dv = v[r - 1];
+    expect(k[r - 1] == d && v[r - 2] == tk, fmt::format("has q {}, k {}, v {}", q.str(), k.str(), v.str()));
+    for (size_t i = 0; i < 3; ++i) expect(arg(i).dtype == n_.dtype, "has q, k or v of another dtype");
+    expect(a.dropout_p >= 0 && a.dropout_p <= 1, "has a dropout probability outside [0, 1]");
+    std::vector<int64_t> batch(q.dims.begin(), q.dims.end() - 2);
+    if (masked) {
+      const Node& m = arg(n_.args.size() - 1);
+      std::vector<int64_t> ms(batch);
+      ms.push_back(tq);
+      ms.push_back(tk);
+      expect(m.shape == Shape(ms), fmt::format("has a mask of shape {}", m.shape.str()));
+      expect(a.mask == AttentionMask::Bool ? m.dtype == DType::b8 : m.dtype == n_.dtype, "has a mask of the wrong dtype");
+    }
+    std::vector<int64_t> out(batch);
+    if (n_.op == Op::Attention) {
+      out.push_back(tq);
+      out.push_back(dv + 1);
+    } else {
+      expect(arg(3).op == Op::Attention && arg(3).attention() == a, "reads no Attention node with its attributes");
+      std::vector<int64_t> gs(batch);
+      gs.push_back(tq);
+      gs.push_back(dv);
+      expect(arg(4).shape == Shape(gs) && arg(4).dtype == n_.dtype, fmt::format("has a gradient of shape {}", arg(4).shape.str()));
+      out.push_back(tq * d + tk * d + tk * dv);
+    }
+    expect(n_.shape == Shape(out), fmt::format("has shape {}", n_.shape.str()));
   }
 
   // The three directions share one geometry; the output shape of the forward

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "runtime/errors.h"
 #include "runtime/trace.h"
 
 namespace tessel::sched {
@@ -24,16 +25,33 @@ std::string_view step_name(StepKind k) {
     case StepKind::View: return "view";
     case StepKind::MatMul: return "matmul";
     case StepKind::Conv: return "conv";
+    case StepKind::Attention: return "attention";
     case StepKind::RowProgram: return "row";
     case StepKind::Fallback: return "fallback";
   }
   return "?";
 }
 
+StepKind contraction_step(Op op) {
+  switch (op) {
+    case Op::MatMul: return StepKind::MatMul;
+    case Op::Conv: case Op::ConvGradInput: case Op::ConvGradWeight: return StepKind::Conv;
+    case Op::Attention: case Op::AttentionGrad: return StepKind::Attention;
+    TESSEL_IR_CASES_NOT_CONTRACTION break;
+  }
+  throw InternalError(fmt::format("schedule: contraction_step of a {} node", ir::op_name(op)));
+}
+
 int Schedule::kernels() const {
   int n = 0;
   for (const Step& s : steps)
     n += s.kind == StepKind::Kernel || s.kind == StepKind::Reduce || s.kind == StepKind::RowProgram || s.epilogue;
+  return n;
+}
+
+int Schedule::attentions() const {
+  int n = 0;
+  for (const Step& s : steps) n += s.kind == StepKind::Attention;
   return n;
 }
 
@@ -348,9 +366,9 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
       mark(n, "scatter: ref");
       for (auto& a : n->args) mark(a.get(), "input of a ref node");
     } else if (c == Category::Contraction) {
-      const bool mm = n->op == Op::MatMul;
-      mark(n, mm ? "matmul output" : "convolution output");
-      for (auto& a : n->args) mark(a.get(), mm ? "matmul operand" : "convolution operand");
+      const std::string_view what = sched::step_name(contraction_step(n->op));
+      mark(n, fmt::format("{} output", what));
+      for (auto& a : n->args) mark(a.get(), fmt::format("{} operand", what));
     } else if (!constant && ir::is_elementwise(n->op) && !kernel_supports(*n)) {
       mark(n, fmt::format("{} on {} not compiled: ref", ir::op_name(n->op), dtype_name(n->args.back()->dtype)));
       for (auto& a : n->args) mark(a.get(), "input of a ref node");
@@ -467,7 +485,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     switch (ir::op_category(n->op)) {
       case Category::Movement: k = StepKind::View; break;
       case Category::Reduce: k = reduce_supports(*n) ? StepKind::Reduce : StepKind::Fallback; break;
-      case Category::Contraction: k = n->op == Op::MatMul ? StepKind::MatMul : StepKind::Conv; break;
+      case Category::Contraction: k = contraction_step(n->op); break;
       case Category::Leaf: case Category::Unary: case Category::Binary: case Category::Compare:
       case Category::Ternary: case Category::Indexed:
         k = kernel_supports(*n) ? StepKind::Kernel : StepKind::Fallback;

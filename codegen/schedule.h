@@ -27,10 +27,13 @@ enum class StepKind : uint8_t {
   View,      // movement over a materialized value: no work, a strided view
   MatMul,    // BLAS (with an elementwise epilogue when `epilogue` is set)
   Conv,      // a convolution node: the backend's engine (oneDNN on the CPU), else the ref loops
+  Attention, // an Attention or AttentionGrad node: the backend's fused attention, else the ref loops
   RowProgram,  // reductions over one row domain (`stages`) and `node`, which reads them: one kernel
   Fallback,  // the ref interpreter evaluates this node
 };
 std::string_view step_name(StepKind k);
+/// The step that computes a contraction node (MatMul, Conv, Attention).
+StepKind contraction_step(ir::Op op);
 
 struct Step {
   StepKind kind;
@@ -68,6 +71,7 @@ struct Schedule {
   int kernels() const;           // Kernel + Reduce + RowProgram steps + matmul epilogues
   int matmuls() const;           // MatMul steps
   int convs() const;             // Conv steps
+  int attentions() const;        // Attention steps
   std::string to_string() const;
 };
 

@@ -28,6 +28,8 @@
 #include "codegen/cpu/jit_stats.h"
 #include "codegen/cpu/kernel_table.h"
 #include "codegen/cpu/launch.h"
+#include "codegen/attention_geometry.h"
+#include "codegen/cpu/flash_attention.h"
 #include "codegen/cpu/onednn_conv.h"
 #include "codegen/cpu/plan_cache.h"
 #endif
@@ -112,9 +114,30 @@ class CpuExecutor final : public exec::StepExecutor {
       case Op::Conv: onednn::conv_forward(g, a, b, nullptr, out.ptr<float>()); break;
       case Op::ConvGradInput: onednn::conv_backward_data(g, a, b, out.ptr<float>()); break;
       case Op::ConvGradWeight: onednn::conv_backward_weights(g, a, b, out.ptr<float>(), nullptr); break;
-      case Op::MatMul:
+      case Op::MatMul: case Op::Attention: case Op::AttentionGrad:
       TESSEL_IR_CASES_NOT_CONTRACTION throw InternalError("cpu backend: conv() of a node that is no convolution");
     }
+    return out;
+  }
+
+  // Attention nodes by the fused kernel (codegen/cpu/flash_attention.h),
+  // reading q, k, v and the mask in place where their layouts allow.
+  BufferView attention(const Node& n, const std::vector<BufferView>& args) override {
+    plannable = false;
+    bump(&AtomicStats::attentions);
+    ir::PreparedAttention p = ir::prepare_attention(n, args, [&](size_t i) {
+      return exec::dense_copy(*this, n.args[i]->dtype, n.args[i]->shape, args[i]);
+    });
+    BufferView out = alloc(n.dtype, n.shape);
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      const ir::AttentionOperands<T> a = p.operands<T>();
+      if (n.op == Op::Attention) cpu_attention::forward(p.geometry, a, out.ptr<T>());
+      else cpu_attention::backward(p.geometry, a, p.views[3].ptr<T>(), p.views[4].ptr<T>(), p.layouts.operands[4], out.ptr<T>());
+    };
+    if (n.dtype == DType::f32) run(float{});
+    else if (n.dtype == DType::f64) run(double{});
+    else return eval_with_ref(n, args);
     return out;
   }
 

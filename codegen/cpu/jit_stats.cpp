@@ -25,6 +25,7 @@ CpuJitStats cpu_jit_stats() {
   s.matmuls = g_stats.matmuls.load(r);
   s.matmul_epilogues = g_stats.matmul_epilogues.load(r);
   s.convs = g_stats.convs.load(r);
+  s.attentions = g_stats.attentions.load(r);
   s.fallbacks = g_stats.fallbacks.load(r);
   s.code_drops = g_stats.code_drops.load(r);
   s.kernels_linked = jit_kernels_linked();
@@ -35,7 +36,7 @@ CpuJitStats cpu_jit_stats() {
 void reset_cpu_jit_stats() {
   constexpr auto r = std::memory_order_relaxed;
   for (auto* c : {&g_stats.realizations, &g_stats.kernels_launched, &g_stats.kernels_compiled,
-                  &g_stats.kernels_from_disk, &g_stats.matmuls, &g_stats.matmul_epilogues, &g_stats.convs, &g_stats.fallbacks,
+                  &g_stats.kernels_from_disk, &g_stats.matmuls, &g_stats.matmul_epilogues, &g_stats.convs, &g_stats.attentions, &g_stats.fallbacks,
                   &g_stats.views, &g_stats.code_drops})
     c->store(0, r);
   g_stats.compile_ms.store(0, r);

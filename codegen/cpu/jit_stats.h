@@ -15,6 +15,7 @@ struct CpuJitStats {
   std::uint64_t matmuls = 0;
   std::uint64_t matmul_epilogues = 0;  // of those, with a fused elementwise epilogue (one kernel launch each)
   std::uint64_t convs = 0;             // convolution nodes (oneDNN for f32, else the ref loops)
+  std::uint64_t attentions = 0;        // attention nodes (the fused kernel; forward and backward each one)
   std::uint64_t fallbacks = 0;         // nodes left to the ref interpreter
   std::uint64_t views = 0;
   double compile_ms = 0;               // LLVM time of kernels_compiled
@@ -29,7 +30,7 @@ namespace cpujit {
 // Relaxed atomics: a cached launch bumps counters without taking a lock.
 struct AtomicStats {
   std::atomic<std::uint64_t> realizations{0}, kernels_launched{0}, kernels_compiled{0}, kernels_from_disk{0},
-      matmuls{0}, matmul_epilogues{0}, convs{0}, fallbacks{0}, views{0}, code_drops{0};
+      matmuls{0}, matmul_epilogues{0}, convs{0}, attentions{0}, fallbacks{0}, views{0}, code_drops{0};
   std::atomic<double> compile_ms{0};
 };
 extern AtomicStats g_stats;

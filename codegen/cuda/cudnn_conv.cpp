@@ -86,7 +86,7 @@ cuda::ConvPass conv_pass(const Node& n) {
     case Op::Conv: return cuda::ConvPass::forward;
     case Op::ConvGradInput: return cuda::ConvPass::backward_data;
     case Op::ConvGradWeight: return cuda::ConvPass::backward_filter;
-    case Op::MatMul:
+    case Op::MatMul: case Op::Attention: case Op::AttentionGrad:
     TESSEL_IR_CASES_NOT_CONTRACTION throw InternalError("cudnn_conv: a node that is no convolution");
   }
   throw InternalError("cudnn_conv: a node that is no convolution");

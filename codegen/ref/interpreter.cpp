@@ -11,12 +11,14 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "codegen/attention_geometry.h"
 #include "codegen/backend.h"
 #include "codegen/blas/gemm.h"
 #include "codegen/conv_geometry.h"
 #include "codegen/ir_verifier.h"
 #include "codegen/movement.h"
 #include "codegen/verify_mode.h"
+#include "codegen/ref/attention_loops.h"
 #include "codegen/ref/conv_loops.h"
 #include "codegen/ref/strided_loop.h"
 #include "runtime/errors.h"
@@ -171,7 +173,14 @@ class Interpreter {
       case ir::Category::Movement: return movement(n, args[0]);
       case ir::Category::Indexed: return indexed(n, args);
       case ir::Category::Scatter: return scatter_add(n, args[0], args[1]);
-      case ir::Category::Contraction: return n.op == Op::MatMul ? matmul(n, args[0], args[1]) : conv(n, args[0], args[1]);
+      case ir::Category::Contraction:
+        switch (n.op) {
+          case Op::MatMul: return matmul(n, args[0], args[1]);
+          case Op::Attention: case Op::AttentionGrad: return attention(n, args);
+          case Op::Conv: case Op::ConvGradInput: case Op::ConvGradWeight: return conv(n, args[0], args[1]);
+          TESSEL_IR_CASES_NOT_CONTRACTION break;
+        }
+        break;
     }
     throw InternalError("ref interpreter: unknown node category");
   }
@@ -529,6 +538,28 @@ class Interpreter {
         gemm::rows(n.dtype, ma, mb, A, B, C, M, N, K, 0, M);
       }
     });
+    return out;
+  }
+
+  // The two attention nodes by direct loops (codegen/ref/attention_loops.h),
+  // reading the views in place where their layouts allow.
+  static BufferView attention(const Node& n, const std::vector<BufferView>& args) {
+    ir::PreparedAttention p = ir::prepare_attention(n, args, [&](size_t i) {
+      return copy_dense(n.args[i]->dtype, n.args[i]->shape, args[i]);
+    });
+    BufferView out = host_dense(n.dtype, n.shape);
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      const ir::AttentionOperands<T> a = p.operands<T>();
+      if (n.op == Op::Attention) {
+        ref::attention_forward(p.geometry, a, out.ptr<T>());
+      } else {
+        ref::attention_backward(p.geometry, a, p.views[3].ptr<T>(), p.views[4].ptr<T>(), p.layouts.operands[4], out.ptr<T>());
+      }
+    };
+    if (n.dtype == DType::f32) run(float{});
+    else if (n.dtype == DType::f64) run(double{});
+    else throw InternalError(fmt::format("ref interpreter: a {} attention (builders make f32 or f64 ones)", dtype_name(n.dtype)));
     return out;
   }
 

@@ -6,6 +6,7 @@
 
 #include "codegen/autodiff.h"
 #include "codegen/builders.h"
+#include "dsl/attention.h"
 #include "dsl/convolution.h"
 #include "dsl/normalization.h"
 #include "dsl/pooling.h"
@@ -626,4 +627,31 @@ TEST_CASE("gradcheck: group_norm", "[gradcheck][group_norm]") {
   check(
       "group_norm 2 groups over [2, 4, 3]", [](const auto& x) { return group_norm(x[0], 2); },
       {random_input(rng, {2, 4, 3}, A)}, rng);
+}
+
+TEST_CASE("gradcheck: scaled_dot_product_attention (fused), with masks and causal", "[gradcheck][attention]") {
+  auto rng = rng_for("attention", 121);
+  const auto A = Domain::any;
+  check(
+      "attention, no mask, Tq != Tk, Dv != D",
+      [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); },
+      {random_input(rng, {2, 3, 4}, A), random_input(rng, {2, 5, 4}, A), random_input(rng, {2, 5, 3}, A)}, rng);
+  check(
+      "attention, causal, heads",
+      [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.causal = true}); },
+      {random_input(rng, {1, 2, 5, 3}, A), random_input(rng, {1, 2, 5, 3}, A), random_input(rng, {1, 2, 5, 3}, A)}, rng);
+  check(
+      "attention, additive mask broadcast over heads, scale 0.5",
+      [](const auto& x) {
+        Tensor m = from_vector<double>({0, -1, 0.5, 0, 0, 2, -0.5, 0, 1, 0, 0, -2}, Shape({3, 4}));
+        return scaled_dot_product_attention(x[0], x[1], x[2], {.mask = m, .scale = 0.5});
+      },
+      {random_input(rng, {2, 3, 2}, A), random_input(rng, {2, 4, 2}, A), random_input(rng, {2, 4, 2}, A)}, rng);
+  check(
+      "attention, bool mask with a fully masked row",
+      [](const auto& x) {
+        Tensor m = from_vector<double>({1, 0, 1, 0, 0, 0, 0, 1, 1}, Shape({3, 3})).to(DType::b8);
+        return scaled_dot_product_attention(x[0], x[1], x[2], {.mask = m});
+      },
+      {random_input(rng, {3, 2}, A), random_input(rng, {3, 2}, A), random_input(rng, {3, 2}, A)}, rng);
 }
