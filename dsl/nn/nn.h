@@ -16,3 +16,4 @@
 #include "dsl/nn/pooling.h"
 #include "dsl/nn/sequential.h"
 #include "dsl/nn/symbolic.h"
+#include "dsl/nn/transformer.h"

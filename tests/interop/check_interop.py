@@ -318,6 +318,45 @@ def check_torch_loads_tessel_resnet(d):
     check_torch_loads_tessel_model(d, "resnet", torch_resnet(), "2.0.bn1")
 
 
+def check_torch_loads_tessel_transformer(d):
+    """(f) PyTorch loads tessel's TransformerEncoderLayer (gelu, norm_first,
+    batch_first) and MultiheadAttention strictly into the torch.nn modules
+    and reproduces their outputs, masks included."""
+    nn = torch.nn
+    io = pt_load(str(d / "transformer_io.safetensors"))
+    layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.1, activation="gelu",
+                                       batch_first=True, norm_first=True)
+    mha = nn.MultiheadAttention(16, 4, dropout=0.1)
+    cases = [("encoder_layer", layer, "y",
+              lambda m: m(io["x"], src_key_padding_mask=io["kpm"] > 0.5)),
+             ("mha", mha, "y_mha",
+              lambda m: m(io["q"], io["k"], io["v"], key_padding_mask=io["mha_kpm"] > 0.5,
+                          attn_mask=io["mha_mask"] > 0.5, need_weights=False)[0])]
+    for name, model, y_name, call in cases:
+        fname = f"{name}.safetensors"
+        meta, _, sd = expand_aliases(d / fname, pt_load(str(d / fname)))
+        keys = json.loads(meta.get("tessel.keys", "null"))
+        check(keys == list(model.state_dict()),
+              f"{fname}: tessel.keys are torch's state_dict keys in order ({keys})")
+        try:
+            model.load_state_dict(sd, strict=True)
+            loaded = True
+        except RuntimeError as e:
+            loaded = False
+            print(e)
+        if not check(loaded, f"{fname}: torch load_state_dict(strict=True)"):
+            continue
+        model.eval()
+        # With gradients on, torch takes its composite path; under no_grad
+        # its fused fast path (the encoder layer's, in eval mode).
+        for path, ctx in [("composite", torch.enable_grad), ("no_grad", torch.no_grad)]:
+            with ctx():
+                y = call(model)
+            diff = float((y.detach() - io[y_name]).abs().max())
+            check(y.shape == io[y_name].shape and diff <= 1e-5,
+                  f"{name}: torch {path} output matches tessel's {y_name} (max abs diff {diff:.3g})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True, help="path to interop_tool")
@@ -337,6 +376,8 @@ def main():
     check_torch_loads_tessel_lenet(d)
     run_tool(args.tool, "write-resnet", d)
     check_torch_loads_tessel_resnet(d)
+    run_tool(args.tool, "write-transformer", d)
+    check_torch_loads_tessel_transformer(d)
     if failures:
         print(f"interop: {len(failures)} check(s) failed", file=sys.stderr)
         return 1

@@ -2,6 +2,7 @@
 //   interop_tool write-mlp DIR    MLP + tied MLP state dicts, inputs and outputs
 //   interop_tool write-lenet DIR  the relu-bn LeNet's state dicts, an input and its outputs
 //   interop_tool write-resnet DIR the same for samples/resnet's ResNet
+//   interop_tool write-transformer DIR  a TransformerEncoderLayer and a MultiheadAttention, inputs, outputs
 //   interop_tool read FILE        one line per tensor: name dtype [shape] sum first-values
 //   interop_tool copy IN OUT      load IN and save its entries again as OUT
 #include <cstdio>
@@ -22,8 +23,8 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: interop_tool write-mlp DIR | write-lenet DIR | write-resnet DIR | read FILE"
-               " | copy IN OUT\n");
+               "usage: interop_tool write-mlp DIR | write-lenet DIR | write-resnet DIR | write-transformer DIR"
+               " | read FILE | copy IN OUT\n");
   return 2;
 }
 
@@ -91,6 +92,55 @@ int write_resnet(const fs::path& dir) {
   return write_trained(dir, "resnet", *net);
 }
 
+// Moves every parameter off its initial value (zero biases, unit LayerNorm
+// weights), so that a parameter loaded under the wrong name shows.
+void perturb(nn::Module& m) {
+  NoGradGuard g;
+  for (auto& [name, p] : m.named_parameters()) p.data() += Tensor(randn(p.shape()) * 0.1);
+}
+
+// A TransformerEncoderLayer (d_model 16, nhead 4, dim_feedforward 32, gelu,
+// norm_first, batch_first) and a MultiheadAttention (embed_dim 16, 4 heads,
+// [L, B, E]), in eval mode, with their outputs on fixed inputs and masks
+// (bool masks saved as 0/1 floats; true = not allowed, as torch.nn's):
+// encoder_layer.safetensors, mha.safetensors, transformer_io.safetensors.
+int write_transformer(const fs::path& dir) {
+  fs::create_directories(dir);
+  manual_seed(42);
+  nn::TransformerEncoderLayer layer(16, 4, {.dim_feedforward = 32, .dropout = 0.1, .activation = "gelu",
+                                            .batch_first = true, .norm_first = true});
+  nn::MultiheadAttention mha(16, 4, {.dropout = 0.1});
+  perturb(*layer);
+  perturb(*mha);
+  layer->eval();
+  mha->eval();
+  Tensor x = randn({2, 5, 16});
+  // Batch 1's last two positions are padding.
+  Tensor kpm = tensor({{false, false, false, false, false}, {false, false, false, true, true}});
+  Tensor q = randn({3, 2, 16}), k = randn({4, 2, 16}), v = randn({4, 2, 16});
+  Tensor mha_kpm = tensor({{false, false, true, false}, {false, false, false, false}});
+  Tensor mha_mask = tensor({{false, true, false, false}, {false, false, false, true}, {true, false, false, false}});
+  Tensor y, y_mha;
+  {
+    NoGradGuard g;
+    y = layer(x, {.src_key_padding_mask = kpm});
+    y_mha = mha(q, k, v, {.key_padding_mask = mha_kpm, .attn_mask = mha_mask});
+  }
+  save(layer->state_dict(), dir / "encoder_layer.safetensors");
+  save(mha->state_dict(), dir / "mha.safetensors");
+  save(OrderedDict<Tensor>{{"x", x},
+                           {"kpm", kpm.to(DType::f32)},
+                           {"y", y},
+                           {"q", q},
+                           {"k", k},
+                           {"v", v},
+                           {"mha_kpm", mha_kpm.to(DType::f32)},
+                           {"mha_mask", mha_mask.to(DType::f32)},
+                           {"y_mha", y_mha}},
+       dir / "transformer_io.safetensors");
+  return 0;
+}
+
 std::string shape_str(const Tensor& t) {
   std::string s = "[";
   for (int64_t d = 0; d < t.dim(); ++d) s += (d ? "," : "") + std::to_string(t.size(d));
@@ -125,6 +175,7 @@ int main(int argc, char** argv) {
     if (cmd == "write-mlp") return write_mlp(argv[2]);
     if (cmd == "write-lenet") return write_lenet(argv[2]);
     if (cmd == "write-resnet") return write_resnet(argv[2]);
+    if (cmd == "write-transformer") return write_transformer(argv[2]);
     if (cmd == "read") return read(argv[2]);
     if (cmd == "copy" && argc == 4) return copy(argv[2], argv[3]);
   } catch (const std::exception& e) {
