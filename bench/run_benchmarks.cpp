@@ -451,6 +451,101 @@ void embedding_figure(const Config& cfg) {
   keep_embedding.push_back(std::move(st));
 }
 
+// ------------------------------------------------------------- attention
+
+// attention_fwd_bwd: causal self-attention, B=8, H=4, T=256, D=32, f32:
+// sum(attention(q, k, v) * R) backward to q, k, v, output and gradients
+// realized. tessel's fused op against LibTorch 1.13's composite (it has no
+// fused attention) and against tessel's own composite (the ablation row
+// tessel_composite: matmul, masked softmax, matmul, scores stored).
+struct AttentionState {
+  Tensor q, k, v, r;
+};
+std::vector<std::unique_ptr<AttentionState>> keep_attention;
+
+void attention_figure(const Config& cfg) {
+  const std::string fig = "attention_fwd_bwd";
+  const int64_t B = 8, H = 4, T = 256, D = 32;
+  auto st = std::make_unique<AttentionState>();
+  manual_seed(5);
+  st->q = randn({B, H, T, D});
+  st->k = randn({B, H, T, D});
+  st->v = randn({B, H, T, D});
+  st->r = randn({B, H, T, D});
+  realize({st->q, st->k, st->v, st->r});
+  for (Tensor* t : {&st->q, &st->k, &st->v}) t->requires_grad_();
+  Tensor q = st->q, k = st->k, v = st->v, r = st->r;
+  auto step = [q, k, v, r](bool fused) {
+    return [q, k, v, r, fused] {
+      for (const Tensor* t : {&q, &k, &v}) t->set_grad(Tensor());
+      Tensor y = fused ? scaled_dot_product_attention(q, k, v, {.causal = true})
+                       : scaled_dot_product_attention_math(q, k, v, {.causal = true});
+      Tensor loss = Tensor(y * r).sum();
+      loss.backward();
+      realize({loss, q.grad(), k.grad(), v.grad()});
+    };
+  };
+  const bench::torch_peer::Attention p{fptr(q), fptr(k), fptr(v), fptr(r), B, H, T, D};
+  const int64_t n = B * H * T * D;
+  std::vector<float> y_ref(static_cast<size_t>(n)), gq(static_cast<size_t>(n)), gk(static_cast<size_t>(n)),
+      gv(static_cast<size_t>(n));
+  bench::torch_peer::attention_into(p, y_ref.data(), gq.data(), gk.data(), gv.data());
+  {
+    Tensor y;
+    {
+      NoGradGuard g;
+      y = scaled_dot_product_attention(q, k, v, {.causal = true}).contiguous();
+    }
+    results.set(fig, "check_fwd_max_abs_diff", max_abs_diff(fptr(y), y_ref.data(), n));
+    step(true)();
+    results.set(fig, "check_dq_max_abs_diff", max_abs_diff(fptr(q.grad().contiguous()), gq.data(), n));
+    results.set(fig, "check_dk_max_abs_diff", max_abs_diff(fptr(k.grad().contiguous()), gk.data(), n));
+    results.set(fig, "check_dv_max_abs_diff", max_abs_diff(fptr(v.grad().contiguous()), gv.data(), n));
+  }
+  add_tessel(cfg, fig, step(true));
+  add(cfg, fig, "tessel_composite", on(main_backend(), step(false)));
+  add(cfg, fig, "libtorch", bench::torch_peer::attention_forward_backward(p));
+  keep_attention.push_back(std::move(st));
+}
+
+// attention_memory: the peak resident memory an attention forward adds
+// (B=1, H=4, D=32, causal), fused and composite, at T = 512 .. 4096, each in
+// a fresh process (peak RSS only grows): the fused op's grows linearly in T,
+// the composite's with T^2 (its [T, T] scores).
+double peak_rss_mb() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return -1;
+}
+
+int attention_memory_child(int64_t T, bool fused) {
+  NoGradGuard g;
+  Tensor q = randn({1, 4, T, 32}), k = randn({1, 4, T, 32}), v = randn({1, 4, T, 32});
+  realize({q, k, v});
+  const double before = peak_rss_mb();
+  Tensor y = fused ? scaled_dot_product_attention(q, k, v, {.causal = true})
+                   : scaled_dot_product_attention_math(q, k, v, {.causal = true});
+  y.eval();
+  std::printf("attention_memory_child added_mb=%.3f\n", peak_rss_mb() - before);
+  return 0;
+}
+
+void attention_memory() {
+  const std::string fig = "attention_memory";
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (bool fused : {true, false})
+    for (int64_t T : {512, 1024, 2048, 4096}) {
+      FILE* p = popen(fmt::format("'{}' --attention-memory-child {} {}", exe, T, fused ? 1 : 0).c_str(), "r");
+      char line[256] = {0};
+      double mb = -1;
+      while (p && std::fgets(line, sizeof line, p)) std::sscanf(line, "attention_memory_child added_mb=%lf", &mb);
+      if (p) pclose(p);
+      results.set(fig, fmt::format("{}_T{}_added_mb", fused ? "fused" : "composite", T), mb);
+    }
+  results.note(fig, "what", "peak RSS added by one causal attention forward, B=1 H=4 D=32, fresh process per size");
+}
+
 // ------------------------------------------------------- compile latency
 
 using bench::compile_pass;
@@ -742,13 +837,14 @@ const std::vector<Goal> kGoals = {
     {"fashion_epoch", "vs_libtorch", 1 / 1.2, ">= 1.2x faster than LibTorch"},
     {"lenet_epoch", "vs_libtorch", 1 / 1.2, ">= 1.2x faster than LibTorch"},
     {"embedding_b4096", "vs_libtorch", 1.0, "faster than LibTorch"},
+    {"attention_fwd_bwd", "vs_libtorch", 1.0, "faster than LibTorch"},
 };
 
 void write_outputs(const Config& cfg) {
   const std::vector<std::string> order = {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024",
                                           "compile_latency",  "train_step_b256",     "fashion_epoch",
                                           "conv2d_fwd",       "conv2d_fwd_bwd",      "lenet_epoch",
-                                          "embedding_b4096"};
+                                          "embedding_b4096",  "attention_fwd_bwd",   "attention_memory"};
   nlohmann::json j = nlohmann::json::object();
   for (auto& [fig, kv] : results.numbers)
     for (auto& [k, v] : kv) j[fig][k] = v;
@@ -827,6 +923,8 @@ int main(int argc, char** argv) {
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   bench::torch_peer::use_one_thread();
   if (argc > 1 && std::string(argv[1]) == "--compile-child") return compile_child();
+  if (argc > 3 && std::string(argv[1]) == "--attention-memory-child")
+    return attention_memory_child(std::stoll(argv[2]), std::string(argv[3]) == "1");
 
   // A fresh kernel cache, so compile figures see real compiles and no user cache is touched.
   char tmpl[] = "/tmp/tessel-bench-cache-XXXXXX";
@@ -867,20 +965,23 @@ int main(int argc, char** argv) {
   if (cfg.wants("train_step_b256")) train_step(cfg);
   if (cfg.wants("conv2d_fwd") || cfg.wants("conv2d_fwd_bwd")) conv2d_figures(cfg);
   if (cfg.wants("embedding_b4096")) embedding_figure(cfg);
+  if (cfg.wants("attention_fwd_bwd")) attention_figure(cfg);
+  if (cfg.wants("attention_memory")) attention_memory();
   Collector collector;
   if (cfg.wants("fused_chain_16M") || cfg.wants("tiny_chain_dispatch") || cfg.wants("mlp_forward_b1024") ||
       cfg.wants("train_step_b256") || cfg.wants("conv2d_fwd") || cfg.wants("conv2d_fwd_bwd") ||
-      cfg.wants("embedding_b4096"))
+      cfg.wants("embedding_b4096") || cfg.wants("attention_fwd_bwd"))
     benchmark::RunSpecifiedBenchmarks(&collector);
   if (cfg.wants("fashion_epoch")) fashion_epoch(cfg);
   if (cfg.wants("lenet_epoch")) lenet_epoch(cfg);
 
   for (auto& fig : {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024", "train_step_b256", "fashion_epoch",
-                    "conv2d_fwd", "conv2d_fwd_bwd", "lenet_epoch", "embedding_b4096"}) {
+                    "conv2d_fwd", "conv2d_fwd_bwd", "lenet_epoch", "embedding_b4096", "attention_fwd_bwd"}) {
     const std::vector<std::string> peers = {"hand", "libtorch", "libtorch_prealloc", "libtorch_eager", "onednn_direct"};
     results.ratios(fig, "tessel_ms", "", peers);
     results.ratios(fig, "tessel_ref_ms", "ref_", peers);
     results.ratios(fig, "tessel_one_hot_ms", "one_hot_", peers);
+    results.ratios(fig, "tessel_composite_ms", "composite_", peers);
     // The same from CPU time of the timing thread (cpu_vs_<peer>).
     auto& kv = results.numbers[fig];
     if (kv.count("tessel_cpu_ms"))

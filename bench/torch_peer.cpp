@@ -240,6 +240,40 @@ void embedding_into(const Embedding& p, float* e, float* gw) {
 }
 
 namespace {
+struct AttentionTensors {
+  torch::Tensor q, k, v, r, keep_out;
+};
+AttentionTensors attention_tensors(const Attention& p) {
+  auto leaf = [&](const float* x) { return view_of(x, {p.b, p.h, p.t, p.d}).clone().requires_grad_(true); };
+  return {leaf(p.q), leaf(p.k), leaf(p.v), view_of(p.r, {p.b, p.h, p.t, p.d}),
+          torch::ones({p.t, p.t}, torch::kBool).triu(1)};
+}
+torch::Tensor composite_attention(const AttentionTensors& t, int64_t d) {
+  torch::Tensor s = torch::matmul(t.q, t.k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+  return torch::matmul(torch::softmax(s.masked_fill(t.keep_out, -INFINITY), -1), t.v);
+}
+}  // namespace
+
+std::function<void()> attention_forward_backward(const Attention& p) {
+  auto t = attention_tensors(p);
+  const int64_t d = p.d;
+  return [t, d] {
+    for (auto* leaf : {&t.q, &t.k, &t.v}) leaf->mutable_grad().reset();
+    (composite_attention(t, d) * t.r).sum().backward();
+  };
+}
+
+void attention_into(const Attention& p, float* out, float* gq, float* gk, float* gv) {
+  auto t = attention_tensors(p);
+  torch::Tensor y = composite_attention(t, p.d);
+  (y * t.r).sum().backward();
+  copy_out(y.detach(), out);
+  copy_out(t.q.grad(), gq);
+  copy_out(t.k.grad(), gk);
+  copy_out(t.v.grad(), gv);
+}
+
+namespace {
 torch::nn::Sequential make_lenet(const std::vector<NamedArray>& params) {
   namespace nn = torch::nn;
   nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(1, 6, 5).padding(2)), nn::BatchNorm2d(6), nn::ReLU(),

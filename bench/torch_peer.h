@@ -84,6 +84,20 @@ std::function<void()> embedding_forward_backward(const Embedding& p);
 /// The same once: the lookup e [n, d] and the weight's gradient [v, d] copied out.
 void embedding_into(const Embedding& p, float* e, float* gw);
 
+/// Causal self-attention over memory that must outlive the calls: q, k, v
+/// and r [b, h, t, d] f32; r multiplies the output before the sum.
+struct Attention {
+  const float *q, *k, *v, *r;
+  int64_t b, h, t, d;
+};
+/// LibTorch 1.13's composite (it has no scaled_dot_product_attention):
+/// q k^T / sqrt(d), masked_fill of the upper triangle with -inf, softmax,
+/// @ v; sum(out * r) backward to q, k, v (leaves whose gradients are reset
+/// before each call), everything computed when it returns.
+std::function<void()> attention_forward_backward(const Attention& p);
+/// The same once: the output and the three gradients copied out ([b, h, t, d] each).
+void attention_into(const Attention& p, float* out, float* gq, float* gk, float* gv);
+
 /// A parameter of a model by its state-dict name, f32 memory of `numel` values.
 struct NamedArray {
   std::string name;
