@@ -60,20 +60,39 @@ inline float exp_nonpositive(float x) {
 }
 inline double exp_nonpositive(double x) { return std::exp(x); }
 
+// Row reductions keep kLanes partial results (summed in a fixed order at
+// the end) so that they vectorize without reassociating floating math.
+constexpr int64_t kLanes = 16;
+
 // s[c] = exp(s[c] - m) (0 where s[c] is -inf); returns the sum.
 template <class T> TESSEL_VECTOR_CLONES T exp_shifted(T* s, int64_t n, T m) {
-  T sum = 0;
-  for (int64_t c = 0; c < n; ++c) {
+  T part[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const T e = exp_nonpositive(s[c + l] - m);
+      s[c + l] = e;
+      part[l] += e;
+    }
+  for (; c < n; ++c) {
     const T e = exp_nonpositive(s[c] - m);
     s[c] = e;
-    sum += e;
+    part[0] += e;
   }
+  T sum = 0;
+  for (int64_t l = 0; l < kLanes; ++l) sum += part[l];
   return sum;
 }
 
 template <class T> TESSEL_VECTOR_CLONES T row_max(const T* s, int64_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t c = 0; c < n; ++c) m = s[c] > m ? s[c] : m;
+  T part[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) part[l] = -std::numeric_limits<T>::infinity();
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) part[l] = s[c + l] > part[l] ? s[c + l] : part[l];
+  for (; c < n; ++c) part[0] = s[c] > part[0] ? s[c] : part[0];
+  T m = part[0];
+  for (int64_t l = 1; l < kLanes; ++l) m = part[l] > m ? part[l] : m;
   return m;
 }
 
