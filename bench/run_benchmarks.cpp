@@ -817,6 +817,134 @@ void lenet_epoch(const Config& cfg) {
   time_epochs(cfg, fig, tessel_epoch, torch_epoch, [&] { return make_tessel(ref_backend()).second; });
 }
 
+// ------------------------------------------------ PyPI peers (python_peers/)
+
+// PyTorch 2.x eager (torch2_eager) and torch.compile (torch_compile), JAX
+// (jax) and tinygrad (tinygrad), from PyPI: bench/python_peers/peers.py, run
+// once after tessel's own rows with the bench venv's interpreter
+// ($TESSEL_BENCH_PYENV, default ~/.cache/tessel-bench-pyenv; made by
+// scripts/setup-deps.sh --bench). Its numbers (<peer>_ms, <peer>_cpu_ms:
+// process CPU time of the Python process) and notes are merged into
+// `results`; python_peer_ratios adds vs_<peer> etc., so the table prints
+// tessel against each of them. A peer that is not installed or fails is
+// noted (<peer>_missing, <peer>_error) and printed under the table, never
+// timed. TESSEL_BENCH_PYTHON_PEERS=0 skips the whole step.
+const std::vector<std::string> kPythonPeers = {"torch2_eager", "torch_compile", "jax", "tinygrad"};
+const std::vector<std::pair<std::string, std::vector<std::string>>> kPythonPeerFigures = {
+    {"attention_fwd_bwd", {"torch2_eager", "torch_compile", "jax", "tinygrad"}},
+    {"train_step_b256", {"torch2_eager", "torch_compile"}},
+    {"fashion_epoch", {"torch2_eager", "torch_compile"}},
+    {"lenet_epoch", {"torch2_eager", "torch_compile"}},
+    {"gpt_train_step", {"torch2_eager", "torch_compile"}},
+};
+const char* const kPythonPeerMissing = "missing (not installed: run scripts/setup-deps.sh --bench)";
+std::string python_peers_versions;  // "torch 2.x, jax ..., tinygrad ..." from peers.py's _meta
+
+std::filesystem::path bench_pyenv_python() {
+  const char* env = std::getenv("TESSEL_BENCH_PYENV");
+  const char* home = std::getenv("HOME");
+  std::filesystem::path dir = env && *env ? std::filesystem::path(env)
+                                          : std::filesystem::path(home ? home : "/root") / ".cache/tessel-bench-pyenv";
+  return dir / "bin" / "python";
+}
+
+void python_peers(const Config& cfg) {
+  if (const char* off = std::getenv("TESSEL_BENCH_PYTHON_PEERS"); off && std::string(off) == "0") return;
+  std::vector<std::string> figs;
+  for (auto& [fig, peers] : kPythonPeerFigures)
+    if (cfg.wants(fig)) figs.push_back(fig);
+  if (figs.empty()) return;
+  auto note_all = [&](const std::string& suffix, const std::string& why) {
+    for (auto& [fig, peers] : kPythonPeerFigures)
+      if (cfg.wants(fig))
+        for (auto& p : peers) results.note(fig, p + suffix, why);
+  };
+  const std::filesystem::path python = bench_pyenv_python();
+  // The script next to this source file (an absolute path in CMake builds).
+  const std::filesystem::path script = std::filesystem::path(__FILE__).parent_path() / "python_peers" / "peers.py";
+  if (!std::filesystem::exists(python)) {
+    note_all("_missing", fmt::format("{} ({} not found)", kPythonPeerMissing, python.string()));
+    return;
+  }
+  if (!std::filesystem::exists(script)) {
+    note_all("_error", fmt::format("{} not found", script.string()));
+    return;
+  }
+  std::string only;
+  for (auto& f : figs) only += (only.empty() ? "" : ",") + f;
+  const std::string cmd = fmt::format("'{}' '{}' --only={} --lenet-images={}{}", python.string(), script.string(), only,
+                                      cfg.lenet_images, cfg.quick ? " --quick" : "");
+  fmt::print("\npython peers: {}\n", cmd);
+  std::fflush(stdout);
+  std::string out;
+  int status = -1;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    status = pclose(p);
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(out.substr(0, out.find_last_of('}') + 1));
+  } catch (const std::exception& e) {
+    note_all("_error", fmt::format("peers.py (exit status {}) printed no JSON: {}", status, e.what()));
+    return;
+  }
+  if (j.contains("_meta")) {
+    for (const char* lib : {"torch", "jax", "tinygrad"})
+      if (j["_meta"].contains(lib))
+        python_peers_versions += fmt::format("{}{} {}", python_peers_versions.empty() ? "" : ", ", lib,
+                                             j["_meta"][lib].get<std::string>());
+  }
+  for (auto& [fig, kv] : j.items()) {
+    if (fig == "_meta" || !kv.is_object()) continue;
+    for (auto& [k, v] : kv.items()) {
+      if (v.is_number()) results.set(fig, k, v.get<double>());
+      else if (v.is_string()) results.note(fig, k, v.get<std::string>());
+    }
+    if (!python_peers_versions.empty()) results.note(fig, "pypi_versions", python_peers_versions);
+  }
+}
+
+// vs_<peer>, ref_vs_<peer>, composite_vs_<peer> and cpu_vs_<peer> for the PyPI peers, on every figure.
+void python_peer_ratios() {
+  std::vector<std::string> figs;
+  for (auto& [fig, kv] : results.numbers) figs.push_back(fig);
+  for (auto& fig : figs) {
+    results.ratios(fig, "tessel_ms", "", kPythonPeers);
+    results.ratios(fig, "tessel_ref_ms", "ref_", kPythonPeers);
+    results.ratios(fig, "tessel_composite_ms", "composite_", kPythonPeers);
+    auto& kv = results.numbers[fig];
+    if (kv.count("tessel_cpu_ms"))
+      for (auto& p : kPythonPeers)
+        if (kv.count(p + "_cpu_ms") && kv[p + "_cpu_ms"] > 0) kv["cpu_vs_" + p] = kv["tessel_cpu_ms"] / kv[p + "_cpu_ms"];
+  }
+}
+
+// Under the table: missing or failed PyPI peers, and peer times of figures with no tessel time.
+void print_python_peer_notes(const Config& cfg) {
+  bool header = false;
+  auto line = [&](const std::string& s) {
+    if (!header)
+      fmt::print("\nPyPI peers (bench/python_peers/peers.py{}):\n",
+                 python_peers_versions.empty() ? "" : "; " + python_peers_versions);
+    header = true;
+    fmt::print("  {}\n", s);
+  };
+  for (auto& [fig, peers] : kPythonPeerFigures) {
+    if (!cfg.wants(fig)) continue;
+    auto& notes = results.notes[fig];
+    auto& kv = results.numbers[fig];
+    for (auto& p : peers) {
+      if (notes.count(p + "_missing")) line(fmt::format("{}: {}: {}", fig, p, notes[p + "_missing"]));
+      else if (notes.count(p + "_error")) line(fmt::format("{}: {}: failed: {}", fig, p, notes[p + "_error"]));
+      else if (kv.count(p + "_ms") && !kv.count("tessel_ms"))
+        line(fmt::format("{}: {}: {:.4g} ms (no tessel time for this figure)", fig, p, kv[p + "_ms"]));
+    }
+    if (notes.count("pypi_error")) line(fmt::format("{}: failed: {}", fig, notes["pypi_error"]));
+  }
+}
+
 // ----------------------------------------------------------- output
 
 struct Goal {
@@ -916,6 +1044,44 @@ void bench::Results::ratios(const std::string& fig, const std::string& tessel_ke
     if (kv.count(p + "_ms") && kv[p + "_ms"] > 0) kv[prefix + "vs_" + p] = kv[tessel_key] / kv[p + "_ms"];
 }
 
+// >>> ddp_fashion_epoch: data-parallel scaling, measured by bench/ddp_bench in
+// fresh processes started through tools/tessel-run (1 and 2 ranks, 1 thread each).
+void ddp_fashion_epoch() {
+  const std::string fig = "ddp_fashion_epoch";
+  auto here = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  auto bench = here / "ddp_bench", run = here.parent_path() / "tools" / "tessel-run";
+  if (!std::filesystem::exists(bench) || !std::filesystem::exists(run)) {
+    results.note(fig, "skipped", "ddp_bench or tools/tessel-run not built");
+    return;
+  }
+  double per_s[3] = {0, 0, 0};
+  for (int world : {1, 2}) {
+    std::string cmd = fmt::format("TESSEL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '{}' --nproc-per-node {} '{}' 2>&1",
+                                  run.string(), world, bench.string());
+    FILE* p = popen(cmd.c_str(), "r");
+    char line[512] = {0};
+    double seconds = 0, sps = 0;
+    long long batches = 0, samples = 0;
+    int w = 0;
+    while (p && std::fgets(line, sizeof line, p))
+      std::sscanf(line, "ddp_bench world=%d batches=%lld samples=%lld seconds=%lf samples_per_s=%lf", &w, &batches,
+                  &samples, &seconds, &sps);
+    if (p) pclose(p);
+    if (sps <= 0) {
+      results.note(fig, fmt::format("error_{}proc", world), "ddp_bench printed no result");
+      continue;
+    }
+    per_s[world] = sps;
+    results.set(fig, fmt::format("samples_per_s_{}proc", world), sps);
+    results.set(fig, fmt::format("epoch_seconds_{}proc", world), seconds);
+    results.set(fig, "samples", static_cast<double>(samples));
+  }
+  if (per_s[1] > 0 && per_s[2] > 0) results.set(fig, "scaling_efficiency", per_s[2] / (2 * per_s[1]));
+  results.note(fig, "setup", "Fashion-MNIST MLP 784-256-10, SGD lr 0.1, global batch 256, DDP + DistributedSampler, "
+                             "gloo on loopback, 1 thread per process; median of 3 epochs");
+}
+// <<< ddp_fashion_epoch
+
 int main(int argc, char** argv) {
   // Every figure is single-threaded: tessel's pool, OpenBLAS and LibTorch alike.
   tessel::set_num_threads(1);
@@ -974,6 +1140,8 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks(&collector);
   if (cfg.wants("fashion_epoch")) fashion_epoch(cfg);
   if (cfg.wants("lenet_epoch")) lenet_epoch(cfg);
+  if (cfg.wants("ddp_fashion_epoch")) ddp_fashion_epoch();  // fresh processes through tessel-run
+  python_peers(cfg);  // PyPI peers (bench/python_peers/peers.py), after tessel's own rows
 
   for (auto& fig : {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024", "train_step_b256", "fashion_epoch",
                     "conv2d_fwd", "conv2d_fwd_bwd", "lenet_epoch", "embedding_b4096", "attention_fwd_bwd"}) {
@@ -988,7 +1156,9 @@ int main(int argc, char** argv) {
       for (auto& p : peers)
         if (kv.count(p + "_cpu_ms") && kv[p + "_cpu_ms"] > 0) kv["cpu_vs_" + p] = kv["tessel_cpu_ms"] / kv[p + "_cpu_ms"];
   }
+  python_peer_ratios();
   write_outputs(cfg);
+  print_python_peer_notes(cfg);
   std::filesystem::remove_all(tmpl);
   return 0;
 }

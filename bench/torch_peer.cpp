@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -325,6 +326,83 @@ std::function<double()> lenet_epoch(const std::vector<NamedArray>& params, const
   auto X = view_of(x, {n, 1, 28, 28});
   auto Y = torch::from_blob(const_cast<int64_t*>(labels), {n}, torch::kInt64);
   return sgd_epoch(net, X, Y, n, batch, lr, seed);
+}
+
+namespace {
+struct GptState {
+  std::map<std::string, torch::Tensor> w;
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<torch::optim::AdamW> opt;
+  torch::Tensor idx, targets, causal_out;
+  int64_t heads = 0, d = 0;
+};
+
+torch::Tensor gpt_logits(GptState& s) {
+  namespace F = torch::nn::functional;
+  auto& w = s.w;
+  const int64_t B = s.idx.size(0), T = s.idx.size(1), C = s.d, H = s.heads, hd = C / H;
+  auto ln = [&](const torch::Tensor& x, const std::string& n) {
+    return torch::layer_norm(x, {C}, w.at(n + ".weight"), w.at(n + ".bias"), 1e-5);
+  };
+  auto linear = [&](const torch::Tensor& x, const std::string& n) {
+    return torch::linear(x, w.at(n + ".weight"), w.at(n + ".bias"));
+  };
+  torch::Tensor x = torch::embedding(w.at("transformer.wte.weight"), s.idx) +
+                    torch::embedding(w.at("transformer.wpe.weight"), torch::arange(T, torch::kInt64));
+  for (int64_t l = 0;; ++l) {
+    const std::string b = "transformer.h." + std::to_string(l);
+    if (!w.count(b + ".ln_1.weight")) break;
+    torch::Tensor qkv = linear(ln(x, b + ".ln_1"), b + ".attn.c_attn");
+    auto heads = [&](int64_t i) { return qkv.narrow(2, i * C, C).reshape({B, T, H, hd}).transpose(1, 2); };
+    torch::Tensor att = torch::matmul(heads(0), heads(1).transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
+    att = torch::softmax(att.masked_fill(s.causal_out.narrow(0, 0, T).narrow(1, 0, T), -INFINITY), -1);
+    torch::Tensor y = torch::matmul(att, heads(2)).transpose(1, 2).reshape({B, T, C});
+    x = x + linear(y, b + ".attn.c_proj");
+    x = x + linear(torch::gelu(linear(ln(x, b + ".ln_2"), b + ".mlp.c_fc")), b + ".mlp.c_proj");
+  }
+  return torch::matmul(ln(x, "transformer.ln_f"), w.at("transformer.wte.weight").t());
+}
+}  // namespace
+
+std::function<double()> gpt_train_step(const Gpt& p, const int64_t* idx, const int64_t* targets, int64_t batch,
+                                       int64_t t, double lr) {
+  auto s = std::make_shared<GptState>();
+  s->heads = p.heads;
+  s->d = p.d;
+  for (const NamedArray& a : p.params) {
+    torch::Tensor v = torch::from_blob(const_cast<float*>(a.data), {a.numel}, torch::kFloat32).clone();
+    s->w[a.name] = v;
+  }
+  // Shapes from the names (the model is fixed by the config).
+  auto shape_of = [&](const std::string& n) -> std::vector<int64_t> {
+    const int64_t C = p.d;
+    if (n == "transformer.wte.weight") return {p.vocab, C};
+    if (n == "transformer.wpe.weight") return {p.block, C};
+    if (n.find("c_attn.weight") != std::string::npos) return {3 * C, C};
+    if (n.find("c_attn.bias") != std::string::npos) return {3 * C};
+    if (n.find("c_fc.weight") != std::string::npos) return {4 * C, C};
+    if (n.find("c_fc.bias") != std::string::npos) return {4 * C};
+    if (n.find("mlp.c_proj.weight") != std::string::npos) return {C, 4 * C};
+    if (n.find("attn.c_proj.weight") != std::string::npos) return {C, C};
+    return {C};  // LayerNorm weights and biases, c_proj biases
+  };
+  for (auto& [n, v] : s->w) {
+    v = v.reshape(shape_of(n)).requires_grad_(true);
+    s->params.push_back(v);
+  }
+  s->opt = std::make_unique<torch::optim::AdamW>(s->params, torch::optim::AdamWOptions(lr).weight_decay(0.1));
+  s->idx = torch::from_blob(const_cast<int64_t*>(idx), {batch, t}, torch::kInt64);
+  s->targets = torch::from_blob(const_cast<int64_t*>(targets), {batch * t}, torch::kInt64);
+  s->causal_out = torch::ones({p.block, p.block}, torch::kBool).triu(1);
+  return [s] {
+    for (auto& p : s->params) p.mutable_grad().reset();  // set to none
+    torch::Tensor logits = gpt_logits(*s);
+    torch::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), s->targets);
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(s->params, 1.0);
+    s->opt->step();
+    return loss.item<double>();
+  };
 }
 
 }  // namespace bench::torch_peer

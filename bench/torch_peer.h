@@ -123,4 +123,18 @@ LenetStep lenet_first_step(const std::vector<NamedArray>& params, const float* x
 std::function<double()> lenet_epoch(const std::vector<NamedArray>& params, const float* x, const int64_t* labels,
                                     int64_t n, int64_t batch, double lr, uint64_t seed);
 
+/// The character GPT of samples/gpt (minGPT's state-dict names, lm_head tied
+/// to transformer.wte.weight, dropout 0), written functionally with LibTorch
+/// ops (1.13 has no fused attention: the composite with a causal mask), its
+/// parameters copied in by name (every one but the tied lm_head.weight).
+struct Gpt {
+  int64_t vocab = 0, block = 0, layers = 0, heads = 0, d = 0;
+  std::vector<NamedArray> params;
+};
+/// One training step on (idx, targets) [batch, t]: forward, mean cross
+/// entropy, backward, clip_grad_norm_(1.0), AdamW(lr, weight_decay 0.1 on
+/// every parameter), gradients set to none first. The step returns its loss.
+std::function<double()> gpt_train_step(const Gpt& p, const int64_t* idx, const int64_t* targets, int64_t batch,
+                                       int64_t t, double lr);
+
 }  // namespace bench::torch_peer

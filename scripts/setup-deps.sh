@@ -2,7 +2,7 @@
 # Installs what tessel needs to build and test, from Debian 12 packages only.
 # Idempotent: apt-get runs only when a package is missing.
 #   scripts/setup-deps.sh            build + test dependencies
-#   scripts/setup-deps.sh --bench    also the benchmark peers (LibTorch)
+#   scripts/setup-deps.sh --bench    also the benchmark peers (LibTorch; PyPI peers in a venv)
 # The interop test's Python side (PyTorch and numpy from Debian, safetensors
 # from PyPI) goes into a venv at $TESSEL_PYENV (default ~/.cache/tessel-pyenv).
 set -euo pipefail
@@ -23,10 +23,12 @@ pkgs=(
   libbenchmark-dev      # make bench
   dataset-fashion-mnist # the demo's data
   gnuplot-nox           # training curves as PNG
+  fortunes              # the GPT sample's corpus (samples/gpt: /usr/share/games/fortunes)
   python3-torch python3-numpy python3-venv  # interop test (ctest -L interop)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(libtorch-dev)
+  pkgs+=(clang)  # tinygrad's CPU device compiles its kernels with clang (bench venv below)
 fi
 
 missing=()
@@ -57,4 +59,36 @@ else
   echo "setup-deps: creating $pyenv with safetensors $SAFETENSORS_VERSION"
   /usr/bin/python3 -m venv --system-site-packages "$pyenv"
   "$pyenv/bin/python" -m pip install -q --disable-pip-version-check "safetensors==$SAFETENSORS_VERSION"
+fi
+
+# --bench: the PyPI peers of bench/python_peers/peers.py (PyTorch 2.x eager and
+# torch.compile, JAX, tinygrad) in a venv of their own, apart from the interop
+# venv and Debian's torch 1.13: $TESSEL_BENCH_PYENV (default
+# ~/.cache/tessel-bench-pyenv). Pinned to versions measured to work on Debian
+# 12's Python 3.11 (2026-12-06). PyPI's torch wheel brings its nvidia-* CUDA
+# wheels (about 6 GB in all); the CPU path uses none of them. torch.compile
+# needs g++ (build-essential), tinygrad clang. A failed install is a warning:
+# run_benchmarks then reports these peers as missing.
+if [[ "${1:-}" == "--bench" ]]; then
+  bench_py_pins=(torch==2.15.0 jax==0.10.2 jaxlib==0.10.2 tinygrad==0.14.0)
+  benv="${TESSEL_BENCH_PYENV:-$HOME/.cache/tessel-bench-pyenv}"
+  bench_pins_present() {
+    "$benv/bin/python" -c '
+import sys
+from importlib.metadata import version
+sys.exit(any(version(n) != v for n, v in (a.split("==") for a in sys.argv[1:])))' "${bench_py_pins[@]}" 2>/dev/null
+  }
+  if bench_pins_present; then
+    echo "setup-deps: $benv has ${bench_py_pins[*]}"
+  else
+    echo "setup-deps: installing ${bench_py_pins[*]} into $benv (PyPI, several GB)"
+    if /usr/bin/python3 -m venv "$benv" &&
+       "$benv/bin/python" -m pip install -q --disable-pip-version-check "${bench_py_pins[@]}" &&
+       bench_pins_present; then
+      echo "setup-deps: $benv ready"
+    else
+      echo "setup-deps: warning: could not install the PyPI bench peers into $benv;" \
+           "run_benchmarks will report them as missing" >&2
+    fi
+  fi
 fi
