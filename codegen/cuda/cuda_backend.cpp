@@ -10,8 +10,10 @@
 #include <unordered_map>
 
 #include "codegen/blas/gemm.h"
+#include "codegen/cuda/attention_kernels.h"
 #include "codegen/cuda/cuda_emitter.h"
 #include "codegen/cuda/cudnn_conv.h"
+#include "codegen/cuda/device_kernels.h"
 #include "codegen/executor.h"
 #include "codegen/kernel_ir_verifier.h"
 #include "codegen/schedule.h"
@@ -167,6 +169,8 @@ struct DeviceState {
   unsigned max_blocks = 0;
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<Loaded>> kernels;  // kernel text -> loaded
+  // Sources of the other engines (attention), by their canonical text.
+  std::unordered_map<std::string, std::unique_ptr<cuda::Module>> sources;
 };
 
 DeviceState& device_state(int ordinal) {
@@ -193,34 +197,20 @@ DeviceState& device_state(int ordinal) {
   return *s;
 }
 
-const Loaded& compiled(DeviceState& ds, const kir::Kernel& k) {
-  std::string text = k.text();
-  std::lock_guard<std::mutex> l(ds.mu);
-  if (auto it = ds.kernels.find(text); it != ds.kernels.end()) return *it->second;
-  // Kernels linked in ahead of time (codegen/aot) come first; with TESSEL_JIT=off nothing else may.
-  if (const precompiled::Entry* pk = precompiled::find(text)) {
-    if (const precompiled::CudaImage* img = precompiled::best_cuda_image(*pk, ds.arch); img && !pk->cuda_name.empty()) {
-      auto loaded = std::make_unique<Loaded>();
-      loaded->module = img->cubin ? cuda::Module::load_cubin(ds.ordinal, std::span<const char>(img->data, img->size))
-                                  : cuda::Module::load_ptx(ds.ordinal, std::string_view(img->data, img->size));
-      loaded->resolve(std::string(pk->cuda_name), k);
-      precompiled::note_hit(true);
-      return *ds.kernels.emplace(std::move(text), std::move(loaded)).first->second;
-    }
-  }
-  if (precompiled::jit_disabled()) precompiled::throw_jit_disabled("cuda", text);
-  cudagen::CudaSource src = cudagen::emit_cuda(k);
+// NVRTC's image of `src` for the device's target (memory, then disk kernel
+// cache, then a compile), counted in the stats; loaded as a module.
+cuda::Module compile_and_load(const DeviceState& ds, const std::string& source, const std::string& name) {
   cuda::CompileOptions opts;
   opts.arch = ds.target_arch;
   opts.cubin = ds.cubin;
   std::string flags;
   for (const std::string& f : cuda::compile_flags(opts)) flags += f + ";";
-  KernelKey key = make_key(src.source, flags, std::string("NVRTC ") + cuda::nvrtc_version() + " tessel " + TESSEL_VERSION,
+  KernelKey key = make_key(source, flags, std::string("NVRTC ") + cuda::nvrtc_version() + " tessel " + TESSEL_VERSION,
                            fmt::format("{}_{}", opts.cubin ? "sm" : "compute", opts.arch));
   CacheOrigin origin = CacheOrigin::memory;
   double ms = 0;
   auto image = KernelCache::global().get_or_compile(key, [&] {
-    cuda::CompiledKernel ck = cuda::compile(src.source, src.name, opts);
+    cuda::CompiledKernel ck = cuda::compile(source, name, opts);
     ms = ck.compile_ms;
     if (opts.cubin) return ck.cubin;
     std::vector<char> ptx(ck.ptx.begin(), ck.ptx.end());
@@ -237,11 +227,40 @@ const Loaded& compiled(DeviceState& ds, const kir::Kernel& k) {
     }
   }
   if (detail::trace_enabled("jit"))
-    detail::trace_line("jit", fmt::format("cuda kernel {} for {}_{}: {} ({:.2f} ms)", src.name, opts.cubin ? "sm" : "compute",
+    detail::trace_line("jit", fmt::format("cuda kernel {} for {}_{}: {} ({:.2f} ms)", name, opts.cubin ? "sm" : "compute",
                                           opts.arch, origin == CacheOrigin::compiled ? "compiled" : origin == CacheOrigin::disk ? "from disk cache" : "in memory", ms));
+  return opts.cubin ? cuda::Module::load_cubin(ds.ordinal, std::span<const char>(image->data(), image->size()))
+                    : cuda::Module::load_ptx(ds.ordinal, std::string_view(image->data()));
+}
+
+// The module of a precompiled entry for `text` (codegen/aot), if one has an image for this device.
+std::optional<cuda::Module> load_precompiled(const DeviceState& ds, std::string_view text, std::string* name) {
+  const precompiled::Entry* pk = precompiled::find(text);
+  if (!pk) return std::nullopt;
+  const precompiled::CudaImage* img = precompiled::best_cuda_image(*pk, ds.arch);
+  if (!img || pk->cuda_name.empty()) return std::nullopt;
+  *name = std::string(pk->cuda_name);
+  precompiled::note_hit(true);
+  return img->cubin ? cuda::Module::load_cubin(ds.ordinal, std::span<const char>(img->data, img->size))
+                    : cuda::Module::load_ptx(ds.ordinal, std::string_view(img->data, img->size));
+}
+
+const Loaded& compiled(DeviceState& ds, const kir::Kernel& k) {
+  std::string text = k.text();
+  std::lock_guard<std::mutex> l(ds.mu);
+  if (auto it = ds.kernels.find(text); it != ds.kernels.end()) return *it->second;
+  // Kernels linked in ahead of time (codegen/aot) come first; with TESSEL_JIT=off nothing else may.
+  std::string pk_name;
+  if (std::optional<cuda::Module> m = load_precompiled(ds, text, &pk_name)) {
+    auto loaded = std::make_unique<Loaded>();
+    loaded->module = std::move(*m);
+    loaded->resolve(pk_name, k);
+    return *ds.kernels.emplace(std::move(text), std::move(loaded)).first->second;
+  }
+  if (precompiled::jit_disabled()) precompiled::throw_jit_disabled("cuda", text);
+  cudagen::CudaSource src = cudagen::emit_cuda(k);
   auto loaded = std::make_unique<Loaded>();
-  loaded->module = opts.cubin ? cuda::Module::load_cubin(ds.ordinal, std::span<const char>(image->data(), image->size()))
-                              : cuda::Module::load_ptx(ds.ordinal, std::string_view(image->data()));
+  loaded->module = compile_and_load(ds, src.source, src.name);
   loaded->resolve(src.name, k);
   return *ds.kernels.emplace(std::move(text), std::move(loaded)).first->second;
 }
@@ -355,6 +374,13 @@ class DeviceExecutor final : public cudagen::Executor {
     return out;
   }
 
+  // Attention and AttentionGrad on the generated attention kernels
+  // (codegen/cuda/attention_kernels.h); builders make them f32 or f64.
+  BufferView attention(const Node& n, const std::vector<BufferView>& args) override {
+    if (n.dtype != DType::f32 && n.dtype != DType::f64) return host_eval(n, args);
+    return cudagen::attention_on_device(*this, ds_.ordinal, n, args);
+  }
+
   void matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
                        const lower::Lowered& epi, const Node& epi_node) override {
     if (!on_blas(mm)) {
@@ -451,6 +477,25 @@ void hook_free(void* p, size_t, int device) {
 
 
 }  // namespace
+
+namespace cudagen::detail {
+
+const cuda::Module& load_source(int ordinal, std::string_view text, const std::string& source, const std::string& name) {
+  DeviceState& ds = device_state(ordinal);
+  std::lock_guard<std::mutex> l(ds.mu);
+  if (auto it = ds.sources.find(std::string(text)); it != ds.sources.end()) return *it->second;
+  std::string pk_name;
+  std::optional<cuda::Module> m = load_precompiled(ds, text, &pk_name);
+  if (!m) {
+    if (precompiled::jit_disabled()) precompiled::throw_jit_disabled("cuda", text);
+    m = compile_and_load(ds, source, name);
+  }
+  return *ds.sources.emplace(std::string(text), std::make_unique<cuda::Module>(std::move(*m))).first->second;
+}
+
+void bump_stat(std::uint64_t CudaStats::*field) { bump(field); }
+
+}  // namespace cudagen::detail
 
 CudaStats cuda_stats() {
   std::lock_guard<std::mutex> l(g_stats_mu);

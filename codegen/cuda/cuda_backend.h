@@ -7,10 +7,11 @@
 // time), a bias/ReLU epilogue fused into the product where blas_epilogue
 // recognizes it, any other epilogue as a kernel after it; f32/f64
 // convolutions and their gradients run on cuDNN (loaded at run time,
-// codegen/cuda/cudnn_conv.h); integer matmuls, other convolutions, every
-// matmul or convolution whose library cannot be loaded, and nodes no kernel
-// computes run on the host through the ref interpreter (copied there and
-// back). Storage on GPUs comes from the caching device allocator through the
+// codegen/cuda/cudnn_conv.h); Attention and AttentionGrad nodes on generated
+// flash-attention kernels (codegen/cuda/attention_kernels.h); integer
+// matmuls, other convolutions, every matmul or convolution whose library
+// cannot be loaded, and nodes no kernel computes run on the host through the
+// ref interpreter (copied there and back). Storage on GPUs comes from the caching device allocator through the
 // storage hooks.
 //
 // The step loop is written against an Executor, so the tests run it over
@@ -75,6 +76,8 @@ struct CudaStats {
   std::uint64_t blas_matmuls = 0;       // products on cuBLASLt (per batch element)
   std::uint64_t blas_epilogues = 0;     // of them: with the epilogue fused in
   std::uint64_t cudnn_convs = 0;        // Conv, ConvGradInput and ConvGradWeight nodes on cuDNN
+  std::uint64_t attention_launches = 0; // Attention and AttentionGrad nodes on the attention kernels
+                                        // (codegen/cuda/attention_kernels.h; one or two launches each)
   double compile_ms = 0;
 };
 CudaStats cuda_stats();
