@@ -58,12 +58,25 @@ NestedList::NestedList(std::initializer_list<NestedList> items) {
   if (inner) shape.dims.insert(shape.dims.end(), inner->dims.begin(), inner->dims.end());
 }
 
-Tensor Tensor::from_node(ir::NodePtr node, Device device) {
+namespace {
+std::shared_ptr<TensorImpl> impl_of_node(ir::NodePtr node, Device device) {
   auto impl = std::make_shared<TensorImpl>();
-  bool lazy = !node->realized();
   impl->is_leaf = !node->requires_grad;
   impl->node = std::move(node);
   impl->device = device;
+  return impl;
+}
+}  // namespace
+
+Tensor Tensor::from_node_pending(ir::NodePtr node, Device device) {
+  auto impl = impl_of_node(std::move(node), device);
+  if (!impl->node->realized() && !DeferPendingScope::active()) register_pending(impl);
+  return Tensor(impl);
+}
+
+Tensor Tensor::from_node(ir::NodePtr node, Device device) {
+  bool lazy = !node->realized();
+  auto impl = impl_of_node(std::move(node), device);
   if (lazy && impl->node->depth > ir::kMaxPendingDepth) {
     // A chain this deep (x = x * a + b in a loop) is computed now, as
     // ArrayFire evaluates its JIT trees past a node limit: every walk over
@@ -632,7 +645,9 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   NoGradGuard no_grad;
   std::vector<autodiff::LeafGrad> grads = autodiff::gradients(node(), seed.node(), retain_graph);
   std::vector<Tensor> values;
-  for (auto& lg : grads) values.push_back(from_node(lg.grad, device()));
+  // Realized together below: from_node's depth cut would realize each deep
+  // gradient alone, recomputing the graph below it once per gradient.
+  for (auto& lg : grads) values.push_back(from_node_pending(lg.grad, device()));
   {
     // The output's own value comes from the same forward pass: realize it
     // with the gradients, or the first in-place write to a parameter (an

@@ -83,6 +83,10 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
   /// A tensor computed by `node` (lazy until needed).
   static Tensor from_node(ir::NodePtr node, Device device);
+  /// from_node without its depth cut, for values the caller realizes together
+  /// right away (backward's gradients: cut one by one, each deep gradient
+  /// would recompute the whole graph below it in a realization of its own).
+  static Tensor from_node_pending(ir::NodePtr node, Device device);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;
