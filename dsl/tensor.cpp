@@ -12,6 +12,7 @@
 #include "codegen/builders.h"
 #include "codegen/movement.h"
 #include "dsl/deferred_expr.h"
+#include "dsl/grad_hooks.h"
 #include "dsl/lazy_registry.h"
 
 namespace tessel {
@@ -220,6 +221,43 @@ void realize_all(std::span<const Tensor> ts, bool keep_grad_values = true) {
 }  // namespace
 
 void realize(const std::vector<Tensor>& ts) { realize_all(ts); }
+
+// >>> post-accumulate-grad hooks: staged backward
+namespace {
+// The nodes a stage's realization computes that later stages read: realized
+// with the stage (as extra roots), so the later stages start from them
+// instead of computing them again. Constants are cheap and stay lazy.
+std::vector<ir::NodePtr> shared_with_later_stages(const std::vector<Tensor>& stage, const std::vector<Tensor>& later) {
+  std::unordered_set<const ir::Node*> in_stage;
+  std::vector<ir::Node*> stack;
+  for (const Tensor& t : stage)
+    if (!t.node()->realized()) stack.push_back(t.node().get());
+  while (!stack.empty()) {
+    ir::Node* n = stack.back();
+    stack.pop_back();
+    if (!in_stage.insert(n).second) continue;
+    for (auto& a : n->args)
+      if (!a->realized()) stack.push_back(a.get());
+  }
+  std::vector<ir::NodePtr> cuts;
+  std::unordered_set<const ir::Node*> seen;
+  std::vector<ir::NodePtr> walk;
+  for (const Tensor& t : later) walk.push_back(t.node());
+  while (!walk.empty()) {
+    ir::NodePtr n = std::move(walk.back());
+    walk.pop_back();
+    if (n->realized() || !seen.insert(n.get()).second) continue;
+    if (in_stage.count(n.get())) {
+      if (n->op != ir::Op::Constant) cuts.push_back(n);
+      continue;
+    }
+    for (auto& a : n->args) walk.push_back(a);
+  }
+  return cuts;
+}
+}  // namespace
+// <<< post-accumulate-grad hooks
+
 
 const Tensor& Tensor::eval() const {
   if (impl_ && impl_->deferred && compute_deferred(*impl_)) return *this;
@@ -648,50 +686,82 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   // Realized together below: from_node's depth cut would realize each deep
   // gradient alone, recomputing the graph below it once per gradient.
   for (auto& lg : grads) values.push_back(from_node_pending(lg.grad, device()));
-  {
-    // The output's own value comes from the same forward pass: realize it
-    // with the gradients, or the first in-place write to a parameter (an
-    // optimizer step) would run the whole forward pass again to keep it.
-    // Values of the forward graph that users still hold (the logits an
-    // accuracy reads after the step) come out of the same pass too. Nothing
-    // else is kept for another backward: a second one recomputes from the
-    // graph, as lazily as ever.
-    std::vector<Tensor> roots = values;
-    if (!is_realized()) {
-      roots.push_back(*this);
-      std::unordered_set<const ir::Node*> forward;
-      for (ir::Node* n : ir::topo_order({node()})) forward.insert(n);
-      for (Tensor& t : pending_among(forward))
-        if (!t.is_same(*this)) roots.push_back(std::move(t));
-    }
-    realize_all(roots, /*keep_grad_values=*/false);
+  // The output's own value comes from the same forward pass: realize it
+  // with the gradients, or the first in-place write to a parameter (an
+  // optimizer step) would run the whole forward pass again to keep it.
+  // Values of the forward graph that users still hold (the logits an
+  // accuracy reads after the step) come out of the same pass too. Nothing
+  // else is kept for another backward: a second one recomputes from the
+  // graph, as lazily as ever.
+  std::vector<Tensor> forward_roots;
+  if (!is_realized()) {
+    forward_roots.push_back(*this);
+    std::unordered_set<const ir::Node*> forward;
+    for (ir::Node* n : ir::topo_order({node()})) forward.insert(n);
+    for (Tensor& t : pending_among(forward))
+      if (!t.is_same(*this)) forward_roots.push_back(std::move(t));
   }
-  std::vector<std::pair<Tensor, Tensor>> relayed;  // (source of a device copy, its gradient)
+  // >>> post-accumulate-grad hooks (dsl/grad_hooks.h): a leaf with a hook ends a stage
+  std::vector<size_t> stage_ends;
   for (size_t i = 0; i < grads.size(); ++i) {
     auto owner = std::static_pointer_cast<TensorImpl>(grads[i].leaf->owner.lock());
-    if (!owner) continue;
-    Tensor g = values[i];
-    if (owner->transfer_source) {
-      // Copies of one source (on one device) sum first, so its graph is walked once.
-      auto same = std::find_if(relayed.begin(), relayed.end(), [&](const auto& r) {
-        return r.first.impl_ptr() == owner->transfer_source && r.second.device() == g.device();
-      });
-      if (same == relayed.end()) relayed.emplace_back(Tensor(owner->transfer_source), g);
-      else same->second = add(same->second, g);
-      owner = owner->transfer_result.lock();  // a retained grad on the copy itself
+    if (owner && !owner->transfer_source && autograd::detail::has_post_accumulate_grad_hooks(owner.get()))
+      stage_ends.push_back(i + 1);
+  }
+  if (stage_ends.empty() || stage_ends.back() != grads.size()) stage_ends.push_back(grads.size());
+  autograd::detail::backward_enter();
+  bool ok = false;
+  struct ExitGuard {
+    bool& ok;
+    ~ExitGuard() {
+      if (!ok) autograd::detail::backward_exit(false);
+    }
+  } exit_guard{ok};
+  // <<< post-accumulate-grad hooks
+  std::vector<std::pair<Tensor, Tensor>> relayed;  // (source of a device copy, its gradient)
+  size_t begin = 0;
+  for (size_t end : stage_ends) {
+    std::vector<Tensor> roots(values.begin() + static_cast<std::ptrdiff_t>(begin),
+                              values.begin() + static_cast<std::ptrdiff_t>(end));
+    if (begin == 0) roots.insert(roots.end(), forward_roots.begin(), forward_roots.end());
+    if (end < grads.size()) {
+      std::vector<Tensor> later(values.begin() + static_cast<std::ptrdiff_t>(end), values.end());
+      for (const ir::NodePtr& n : shared_with_later_stages(roots, later)) roots.push_back(from_node(n, device()));
+    }
+    realize_all(roots, /*keep_grad_values=*/false);
+    for (size_t i = begin; i < end; ++i) {
+      auto owner = std::static_pointer_cast<TensorImpl>(grads[i].leaf->owner.lock());
       if (!owner) continue;
+      Tensor g = values[i];
+      if (owner->transfer_source) {
+        // Copies of one source (on one device) sum first, so its graph is walked once.
+        auto same = std::find_if(relayed.begin(), relayed.end(), [&](const auto& r) {
+          return r.first.impl_ptr() == owner->transfer_source && r.second.device() == g.device();
+        });
+        if (same == relayed.end()) relayed.emplace_back(Tensor(owner->transfer_source), g);
+        else same->second = add(same->second, g);
+        owner = owner->transfer_result.lock();  // a retained grad on the copy itself
+        if (!owner) continue;
+      }
+      if (owner->grad) {
+        Tensor acc = add(Tensor(owner->grad), g);
+        acc.eval();
+        owner->grad = acc.detach().impl_ptr();
+      } else {
+        owner->grad = g.detach().impl_ptr();
+      }
+      // >>> post-accumulate-grad hooks: the stage's last leaf is the hooked one
+      if (i + 1 == end && autograd::detail::has_post_accumulate_grad_hooks(owner.get()))
+        autograd::detail::run_post_accumulate_grad_hooks(owner);
+      // <<< post-accumulate-grad hooks
     }
-    if (owner->grad) {
-      Tensor acc = add(Tensor(owner->grad), g);
-      acc.eval();
-      owner->grad = acc.detach().impl_ptr();
-    } else {
-      owner->grad = g.detach().impl_ptr();
-    }
+    begin = end;
   }
   // Each device copy's gradient goes back to its source's device and on
   // through the source's own graph.
   for (auto& [source, g] : relayed) source.backward(g.to(source.device()), retain_graph);
+  ok = true;
+  autograd::detail::backward_exit(true);
 }
 
 }  // namespace tessel

@@ -19,9 +19,15 @@ DataLoader::DataLoader(Tensor X, Tensor y, DataLoaderOptions opt) : X_(X.contigu
   if (!X_.device().is_cpu() || !y_.device().is_cpu())
     throw DeviceError("DataLoader: keep the dataset on the CPU; move each batch with Trainer::prepare_batch");
   n_ = X_.size(0);
+  if (opt_.sampler && opt_.shuffle)
+    throw ValueError("DataLoader: sampler option is mutually exclusive with shuffle; the sampler decides the order");
 }
 
 int64_t DataLoader::num_batches() const {
+  if (opt_.sampler) {
+    auto m = static_cast<int64_t>(opt_.sampler->indices().size());
+    return opt_.drop_last ? m / opt_.batch_size : (m + opt_.batch_size - 1) / opt_.batch_size;
+  }
   return opt_.drop_last ? n_ / opt_.batch_size : (n_ + opt_.batch_size - 1) / opt_.batch_size;
 }
 
@@ -43,7 +49,12 @@ Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& idx, size_t be
 std::vector<DataLoader::Batch> DataLoader::epoch() {
   std::vector<int64_t> order(static_cast<size_t>(n_));
   std::iota(order.begin(), order.end(), 0);
-  if (opt_.shuffle) {
+  if (opt_.sampler) {
+    order = opt_.sampler->indices();
+    for (int64_t i : order)
+      if (i < 0 || i >= n_)
+        throw IndexError(fmt::format("DataLoader: the sampler gave index {} for a dataset of {} examples", i, n_));
+  } else if (opt_.shuffle) {
     std::mt19937_64 rng(opt_.seed * 0x9E3779B97F4A7C15ull + epoch_);
     std::shuffle(order.begin(), order.end(), rng);
   }

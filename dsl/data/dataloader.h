@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -11,11 +12,24 @@
 
 namespace tessel::data {
 
+/// Which examples an epoch visits, in order (PyTorch's torch.utils.data.Sampler):
+/// data::DistributedSampler gives each rank its share.
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  /// This epoch's example indices.
+  virtual std::vector<int64_t> indices() const = 0;
+  /// Samplers that reshuffle per epoch draw the order of epoch `e` (Trainer calls it).
+  virtual void set_epoch(uint64_t e) { (void)e; }
+};
+
 struct DataLoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = false;
   bool drop_last = false;
   uint64_t seed = 0;  // each epoch draws a new order from (seed, epoch)
+  /// Where the indices come from instead of 0..N-1 (shuffle must then be false, as in PyTorch).
+  std::shared_ptr<Sampler> sampler;
 };
 
 class DataLoader {
@@ -29,6 +43,10 @@ class DataLoader {
   int64_t num_batches() const;
   int64_t num_examples() const { return n_; }
   const DataLoaderOptions& options() const { return opt_; }
+  /// The sampler (null when none), for Trainer::fit's set_epoch.
+  Sampler* sampler() const { return opt_.sampler.get(); }
+  /// The next epoch() draws the shuffled order of epoch `e` (a resumed run continues the order).
+  void set_epoch(uint64_t e) { epoch_ = e; }
 
  private:
   Tensor X_, y_;

@@ -23,6 +23,21 @@ void LRScheduler::step() {
   opt_.set_lr(last_lr_);
 }
 
+OrderedDict<Tensor> LRScheduler::state_dict() const {
+  return OrderedDict<Tensor>{{"last_epoch", full({}, Scalar(epoch_), DType::i64)}};
+}
+
+void LRScheduler::load_state_dict(const OrderedDict<Tensor>& state) {
+  const Tensor* e = state.find("last_epoch");
+  if (!e || e->numel() != 1)
+    throw ValueError("LRScheduler load_state_dict: expected a scalar 'last_epoch' (a state_dict() of a scheduler)");
+  int64_t epoch = e->item<int64_t>();
+  if (epoch < 0) throw ValueError(fmt::format("LRScheduler load_state_dict: last_epoch must be >= 0, got {}", epoch));
+  epoch_ = epoch;
+  last_lr_ = lr_at(epoch_);
+  opt_.set_lr(last_lr_);
+}
+
 StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
     : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
   if (step_size <= 0)

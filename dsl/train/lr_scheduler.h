@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "dsl/ordered_dict.h"
 #include "dsl/train/optimizer.h"
 
 namespace tessel::optim {
@@ -26,6 +27,12 @@ class LRScheduler {
   /// How many times step() has been called.
   int64_t last_epoch() const { return epoch_; }
   double base_lr() const { return base_lr_; }
+  /// {"last_epoch": int64 scalar}, what a resumed run needs (the schedule
+  /// itself is the code), as PyTorch's scheduler.state_dict()["last_epoch"].
+  OrderedDict<Tensor> state_dict() const;
+  /// Continues at the saved epoch: sets it and the optimizer's lr for it.
+  ///   sched.load_state_dict(load_dict("sched.safetensors"));
+  void load_state_dict(const OrderedDict<Tensor>& state);
   /// The lr this schedule gives at `epoch`.
   virtual double lr_at(int64_t epoch) const = 0;
 

@@ -13,6 +13,7 @@
 #include "dsl/data/dataloader.h"
 #include "dsl/nn/module.h"
 #include "dsl/train/optimizer.h"
+#include "runtime/dist/process_group.h"  // distributed training (TrainerOptions::process_group)
 
 namespace tessel::train {
 
@@ -22,6 +23,18 @@ struct TrainerOptions {
   double gradient_clip_val = 0;  // 0 = no clipping
   bool progress = true;          // a progress bar when stderr is a terminal
   std::string plot_path;         // PNG of the loss/accuracy curves; empty = none
+  // >>> distributed training and checkpoints
+  // With a process group (the model usually an nn::DistributedDataParallel,
+  // the loader's sampler a data::DistributedSampler, whose set_epoch fit
+  // calls), only rank 0 prints and writes checkpoints; the epoch's loss and
+  // accuracy are over every rank's examples. checkpoint_path: written after
+  // every epoch (atomically: model, optimizer state and the epoch, one
+  // safetensors file); resume_from: such a file to continue from, which every
+  // rank reads (the next epoch sees the batches it would have seen).
+  std::shared_ptr<dist::ProcessGroup> process_group;
+  std::string checkpoint_path;
+  std::string resume_from;
+  // <<< distributed training and checkpoints
 };
 
 struct EpochMetrics {
@@ -47,11 +60,26 @@ class Trainer {
 
  private:
   void plot(const std::vector<EpochMetrics>& history) const;
+  // distributed training and checkpoints: rank 0 writes, every rank reads; resume returns the epoch done
+  void save_checkpoint(nn::Module& model, optim::Optimizer& opt, int epoch) const;
+  int resume(nn::Module& model, optim::Optimizer& opt, data::DataLoader& train) const;
   TrainerOptions opt_;
   Device device_;
 };
 
 /// Writes a PNG of per-epoch curves with gnuplot; returns false (and says why on stderr) when it cannot.
 bool plot_metrics(const std::vector<EpochMetrics>& history, const std::string& png_path);
+
+/// One line of plot_curves: its points and its title in the key.
+struct Curve {
+  std::string title;
+  std::vector<double> x, y;
+};
+/// Any curves over one x axis (steps, say) as a PNG, with gnuplot as
+/// plot_metrics (the points go to a .dat file beside it); false (and why on
+/// stderr) when it cannot.
+///   train::plot_curves({{"train loss", steps, train}, {"val loss", val_steps, val}}, "loss.png", "step", "loss");
+bool plot_curves(const std::vector<Curve>& curves, const std::string& png_path, const std::string& xlabel,
+                 const std::string& ylabel = "");
 
 }  // namespace tessel::train
