@@ -10,6 +10,7 @@ that scripts/setup-deps.sh creates (TESSEL_PYENV, default
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -357,6 +358,99 @@ def check_torch_loads_tessel_transformer(d):
                   f"{name}: torch {path} output matches tessel's {y_name} (max abs diff {diff:.3g})")
 
 
+# ---- GPT (samples/gpt) ------------------------------------------------------
+
+class TorchCausalSelfAttention(torch.nn.Module):
+    """samples/gpt's CausalSelfAttention (minGPT's), the attention written out:
+    F.scaled_dot_product_attention is not in torch 1.13."""
+
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.c_attn = torch.nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = torch.nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size, dtype=torch.bool)),
+                             persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(~self.bias[:T, :T], float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class TorchBlock(torch.nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        nn = torch.nn
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = TorchCausalSelfAttention(n_embd, n_head, block_size)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(n_embd, 4 * n_embd), c_proj=nn.Linear(4 * n_embd, n_embd)))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp.c_proj(torch.nn.functional.gelu(self.mlp.c_fc(self.ln_2(x))))
+
+
+class TorchGPT(torch.nn.Module):
+    """samples/gpt's GPT (gpt_model.h) as minGPT writes it in torch.nn, eval
+    mode only (no dropout); lm_head's weight is the token embedding's."""
+
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd):
+        super().__init__()
+        nn = torch.nn
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd), wpe=nn.Embedding(block_size, n_embd),
+            h=nn.ModuleList([TorchBlock(n_embd, n_head, block_size) for _ in range(n_layer)]),
+            ln_f=nn.LayerNorm(n_embd)))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied, as GPT-2
+
+    def forward(self, idx):
+        t = self.transformer
+        x = t.wte(idx) + t.wpe(torch.arange(idx.size(1)))
+        for block in t.h:
+            x = block(x)
+        return self.lm_head(t.ln_f(x))
+
+
+def check_torch_loads_tessel_gpt(d):
+    """(g) PyTorch loads tessel's GPT (samples/gpt: causal self-attention,
+    GELU MLP, pre-norm blocks, lm_head tied to wte and stored once) strictly
+    and reproduces its logits."""
+    fname = "gpt.safetensors"
+    io = pt_load(str(d / "gpt_io.safetensors"))
+    model = TorchGPT(vocab_size=40, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    stored = pt_load(str(d / fname))
+    meta, aliases, sd = expand_aliases(d / fname, stored)
+    keys = json.loads(meta.get("tessel.keys", "null"))
+    check(keys == list(model.state_dict()),
+          f"{fname}: tessel.keys are torch's state_dict keys in order ({keys})")
+    check(aliases == {"lm_head.weight": "transformer.wte.weight"} and "lm_head.weight" not in stored,
+          f"{fname}: the tied lm_head.weight is stored once, as an alias of transformer.wte.weight ({aliases})")
+    try:
+        model.load_state_dict(sd, strict=True)
+        loaded = True
+    except RuntimeError as e:
+        loaded = False
+        print(e)
+    if not check(loaded, f"{fname}: torch load_state_dict(strict=True)"):
+        return
+    check(model.lm_head.weight is model.transformer.wte.weight, "gpt: torch's lm_head stays tied after loading")
+    model.eval()
+    with torch.no_grad():
+        y = model(io["idx"])
+    diff = float((y - io["logits"]).abs().max())
+    check(y.shape == io["logits"].shape and diff <= 1e-5,
+          f"gpt: torch logits match tessel's (max abs diff {diff:.3g}, tolerance 1e-05)")
+
+# ---- end GPT -------------------------------------------------------------------
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True, help="path to interop_tool")
@@ -378,6 +472,8 @@ def main():
     check_torch_loads_tessel_resnet(d)
     run_tool(args.tool, "write-transformer", d)
     check_torch_loads_tessel_transformer(d)
+    run_tool(args.tool, "write-gpt", d)
+    check_torch_loads_tessel_gpt(d)
     if failures:
         print(f"interop: {len(failures)} check(s) failed", file=sys.stderr)
         return 1

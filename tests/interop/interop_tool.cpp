@@ -3,6 +3,7 @@
 //   interop_tool write-lenet DIR  the relu-bn LeNet's state dicts, an input and its outputs
 //   interop_tool write-resnet DIR the same for samples/resnet's ResNet
 //   interop_tool write-transformer DIR  a TransformerEncoderLayer and a MultiheadAttention, inputs, outputs
+//   interop_tool write-gpt DIR    samples/gpt's GPT (tiny, lm_head tied to wte) trained 3 steps, token ids, logits
 //   interop_tool read FILE        one line per tensor: name dtype [shape] sum first-values
 //   interop_tool copy IN OUT      load IN and save its entries again as OUT
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "dsl/io.h"
 #include "dsl/tessel.h"
 #include "dsl/train/optimizer.h"
+#include "samples/gpt/gpt_model.h"
 #include "samples/lenet/lenet_model.h"
 #include "samples/resnet/resnet_model.h"
 
@@ -24,7 +26,7 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: interop_tool write-mlp DIR | write-lenet DIR | write-resnet DIR | write-transformer DIR"
-               " | read FILE | copy IN OUT\n");
+               " | write-gpt DIR | read FILE | copy IN OUT\n");
   return 2;
 }
 
@@ -141,6 +143,40 @@ int write_transformer(const fs::path& dir) {
   return 0;
 }
 
+// ---- GPT (samples/gpt) ------------------------------------------------------
+// A tiny configuration of the sample's model, three AdamW steps on random
+// tokens (so no weight is its init), then the eval-mode logits of a batch:
+// gpt.safetensors (the state dict: lm_head.weight an alias of
+// transformer.wte.weight) and gpt_io.safetensors (idx [2, 16] int64, logits
+// [2, 16, vocab]). check_interop.py's check_torch_loads_tessel_gpt is the
+// other half.
+int write_gpt(const fs::path& dir) {
+  fs::create_directories(dir);
+  manual_seed(42);
+  const gpt::Config c{.vocab_size = 40, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32, .dropout = 0.1};
+  gpt::GPT model(c);
+  auto opt = optim::AdamW(gpt::param_groups(model, 0.1), {.lr = 1e-2});
+  model->train();
+  for (int step = 0; step < 3; ++step) {
+    Tensor idx = randint(0, c.vocab_size, {4, c.block_size}), next = randint(0, c.vocab_size, {4 * c.block_size});
+    Tensor loss = cross_entropy(model(idx).reshape({4 * c.block_size, c.vocab_size}), next);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  }
+  Tensor idx = randint(0, c.vocab_size, {2, c.block_size});
+  Tensor logits;
+  {
+    NoGradGuard g;
+    model->eval();
+    logits = model(idx);
+  }
+  save(model->state_dict(), dir / "gpt.safetensors");
+  save(OrderedDict<Tensor>{{"idx", idx}, {"logits", logits}}, dir / "gpt_io.safetensors");
+  return 0;
+}
+// ---- end GPT -------------------------------------------------------------------
+
 std::string shape_str(const Tensor& t) {
   std::string s = "[";
   for (int64_t d = 0; d < t.dim(); ++d) s += (d ? "," : "") + std::to_string(t.size(d));
@@ -176,6 +212,7 @@ int main(int argc, char** argv) {
     if (cmd == "write-lenet") return write_lenet(argv[2]);
     if (cmd == "write-resnet") return write_resnet(argv[2]);
     if (cmd == "write-transformer") return write_transformer(argv[2]);
+    if (cmd == "write-gpt") return write_gpt(argv[2]);
     if (cmd == "read") return read(argv[2]);
     if (cmd == "copy" && argc == 4) return copy(argv[2], argv[3]);
   } catch (const std::exception& e) {
