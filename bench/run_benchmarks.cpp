@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -39,6 +40,8 @@
 #include "dsl/data/fashion_mnist.h"
 #include "dsl/tessel.h"
 #include "dsl/train/optimizer.h"
+#include "samples/gpt/gpt_data.h"
+#include "samples/gpt/gpt_model.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/thread_pool.h"
 #include "samples/lenet/lenet_model.h"
@@ -508,6 +511,80 @@ void attention_figure(const Config& cfg) {
   keep_attention.push_back(std::move(st));
 }
 
+// gpt_train_step: the GPT sample's training step (samples/gpt: 4 layers, 4
+// heads, d=128, context 128, the fortunes corpus's vocabulary, dropout 0.1),
+// batch 16 of random tokens: forward in training mode, cross entropy,
+// zero_grad, backward, clip_grad_norm_(1.0), AdamW (lr 1e-3, betas (0.9,
+// 0.99), weight decay 0.1 on the Linear weights), the loss read back. The
+// LibTorch peer starts from tessel's weights. Before timing, both with
+// dropout 0 take one step from the same weights: check_first_loss_diff.
+struct GptBenchState {
+  std::optional<gpt::GPT> model;
+  std::unique_ptr<optim::Adam> opt;
+  Tensor x, y;
+  std::vector<int64_t> xs, ys;
+};
+std::vector<std::unique_ptr<GptBenchState>> keep_gpt;
+
+int64_t gpt_bench_vocab() {
+  try {
+    return gpt::load_corpus().vocab_size();
+  } catch (const std::exception&) {
+    return 100;  // without the corpus: the PyPI peers' fallback too
+  }
+}
+
+void gpt_figure(const Config& cfg) {
+  const std::string fig = "gpt_train_step";
+  const int64_t V = gpt_bench_vocab(), B = 16, T = 128;
+  results.set(fig, "vocab", static_cast<double>(V));
+  auto make = [&](double dropout) {
+    auto st = std::make_unique<GptBenchState>();
+    manual_seed(1337);
+    st->model.emplace(gpt::Config{.vocab_size = V, .block_size = T, .n_layer = 4, .n_head = 4, .n_embd = 128,
+                                     .dropout = dropout});
+    st->opt = std::make_unique<optim::Adam>(optim::AdamW(
+        gpt::param_groups(*st->model, 0.1), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1}));
+    manual_seed(7);
+    st->x = randint(0, V, {B, T});
+    st->y = randint(0, V, {B, T});
+    realize({st->x, st->y});
+    st->xs = st->x.to_vector<int64_t>();
+    st->ys = st->y.to_vector<int64_t>();
+    return st;
+  };
+  auto step_of = [V, B, T](GptBenchState* st) {
+    return [st, V, B, T] {
+      (*st->model)->train();
+      Tensor loss = cross_entropy((*st->model)(st->x).reshape({B * T, V}), st->y.reshape({B * T}));
+      st->opt->zero_grad();
+      loss.backward();
+      optim::clip_grad_norm_(st->opt->params(), 1.0);
+      st->opt->step();
+      return loss.item<double>();
+    };
+  };
+  auto peer_of = [&](GptBenchState* st, double dropout) {
+    bench::torch_peer::Gpt p{V, T, 4, 4, 128, dropout, {}};
+    for (auto& [name, t] : (*st->model)->named_parameters())
+      if (name != "lm_head.weight") p.params.push_back({name, fptr(t), t.numel()});
+    return bench::torch_peer::gpt_train_step(p, st->xs.data(), st->ys.data(), B, T, 1e-3);
+  };
+  {
+    auto st = make(0.0);
+    auto peer = peer_of(st.get(), 0.0);  // copies the weights before tessel's step changes them
+    const double lt = step_of(st.get())(), lp = peer();
+    results.set(fig, "check_first_loss_diff", std::abs(lt - lp));
+    results.set(fig, "check_first_loss", lt);
+  }
+  auto st = make(0.1);
+  auto peer = peer_of(st.get(), 0.1);
+  auto step = step_of(st.get());
+  add_tessel(cfg, fig, [step] { (void)step(); });
+  add(cfg, fig, "libtorch", [peer] { (void)peer(); });
+  keep_gpt.push_back(std::move(st));
+}
+
 // attention_memory: the peak resident memory an attention forward adds
 // (B=1, H=4, D=32, causal), fused and composite, at T = 512 .. 4096, each in
 // a fresh process (peak RSS only grows): the fused op's grows linearly in T,
@@ -966,13 +1043,17 @@ const std::vector<Goal> kGoals = {
     {"lenet_epoch", "vs_libtorch", 1 / 1.2, ">= 1.2x faster than LibTorch"},
     {"embedding_b4096", "vs_libtorch", 1.0, "faster than LibTorch"},
     {"attention_fwd_bwd", "vs_libtorch", 1.0, "faster than LibTorch"},
+    {"attention_fwd_bwd", "vs_torch_compile", 1.0, "no slower than torch.compile"},
+    {"gpt_train_step", "vs_libtorch", 1.0, "faster than LibTorch"},
+    {"gpt_train_step", "vs_torch_compile", 1.0, "no slower than torch.compile"},
 };
 
 void write_outputs(const Config& cfg) {
   const std::vector<std::string> order = {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024",
                                           "compile_latency",  "train_step_b256",     "fashion_epoch",
                                           "conv2d_fwd",       "conv2d_fwd_bwd",      "lenet_epoch",
-                                          "embedding_b4096",  "attention_fwd_bwd",   "attention_memory"};
+                                          "embedding_b4096",  "attention_fwd_bwd",   "attention_memory",
+                                          "gpt_train_step"};
   nlohmann::json j = nlohmann::json::object();
   for (auto& [fig, kv] : results.numbers)
     for (auto& [k, v] : kv) j[fig][k] = v;
@@ -1133,10 +1214,11 @@ int main(int argc, char** argv) {
   if (cfg.wants("embedding_b4096")) embedding_figure(cfg);
   if (cfg.wants("attention_fwd_bwd")) attention_figure(cfg);
   if (cfg.wants("attention_memory")) attention_memory();
+  if (cfg.wants("gpt_train_step")) gpt_figure(cfg);
   Collector collector;
   if (cfg.wants("fused_chain_16M") || cfg.wants("tiny_chain_dispatch") || cfg.wants("mlp_forward_b1024") ||
       cfg.wants("train_step_b256") || cfg.wants("conv2d_fwd") || cfg.wants("conv2d_fwd_bwd") ||
-      cfg.wants("embedding_b4096") || cfg.wants("attention_fwd_bwd"))
+      cfg.wants("embedding_b4096") || cfg.wants("attention_fwd_bwd") || cfg.wants("gpt_train_step"))
     benchmark::RunSpecifiedBenchmarks(&collector);
   if (cfg.wants("fashion_epoch")) fashion_epoch(cfg);
   if (cfg.wants("lenet_epoch")) lenet_epoch(cfg);
@@ -1144,7 +1226,8 @@ int main(int argc, char** argv) {
   python_peers(cfg);  // PyPI peers (bench/python_peers/peers.py), after tessel's own rows
 
   for (auto& fig : {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024", "train_step_b256", "fashion_epoch",
-                    "conv2d_fwd", "conv2d_fwd_bwd", "lenet_epoch", "embedding_b4096", "attention_fwd_bwd"}) {
+                    "conv2d_fwd", "conv2d_fwd_bwd", "lenet_epoch", "embedding_b4096", "attention_fwd_bwd",
+                    "gpt_train_step"}) {
     const std::vector<std::string> peers = {"hand", "libtorch", "libtorch_prealloc", "libtorch_eager", "onednn_direct"};
     results.ratios(fig, "tessel_ms", "", peers);
     results.ratios(fig, "tessel_ref_ms", "ref_", peers);

@@ -335,30 +335,32 @@ struct GptState {
   std::unique_ptr<torch::optim::AdamW> opt;
   torch::Tensor idx, targets, causal_out;
   int64_t heads = 0, d = 0;
+  double dropout = 0;
 };
 
 torch::Tensor gpt_logits(GptState& s) {
-  namespace F = torch::nn::functional;
   auto& w = s.w;
   const int64_t B = s.idx.size(0), T = s.idx.size(1), C = s.d, H = s.heads, hd = C / H;
+  const double p = s.dropout;
+  auto drop = [&](const torch::Tensor& x) { return p > 0 ? torch::dropout(x, p, /*train=*/true) : x; };
   auto ln = [&](const torch::Tensor& x, const std::string& n) {
     return torch::layer_norm(x, {C}, w.at(n + ".weight"), w.at(n + ".bias"), 1e-5);
   };
   auto linear = [&](const torch::Tensor& x, const std::string& n) {
     return torch::linear(x, w.at(n + ".weight"), w.at(n + ".bias"));
   };
-  torch::Tensor x = torch::embedding(w.at("transformer.wte.weight"), s.idx) +
-                    torch::embedding(w.at("transformer.wpe.weight"), torch::arange(T, torch::kInt64));
+  torch::Tensor x = drop(torch::embedding(w.at("transformer.wte.weight"), s.idx) +
+                         torch::embedding(w.at("transformer.wpe.weight"), torch::arange(T, torch::kInt64)));
   for (int64_t l = 0;; ++l) {
     const std::string b = "transformer.h." + std::to_string(l);
     if (!w.count(b + ".ln_1.weight")) break;
     torch::Tensor qkv = linear(ln(x, b + ".ln_1"), b + ".attn.c_attn");
     auto heads = [&](int64_t i) { return qkv.narrow(2, i * C, C).reshape({B, T, H, hd}).transpose(1, 2); };
     torch::Tensor att = torch::matmul(heads(0), heads(1).transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-    att = torch::softmax(att.masked_fill(s.causal_out.narrow(0, 0, T).narrow(1, 0, T), -INFINITY), -1);
+    att = drop(torch::softmax(att.masked_fill(s.causal_out.narrow(0, 0, T).narrow(1, 0, T), -INFINITY), -1));
     torch::Tensor y = torch::matmul(att, heads(2)).transpose(1, 2).reshape({B, T, C});
-    x = x + linear(y, b + ".attn.c_proj");
-    x = x + linear(torch::gelu(linear(ln(x, b + ".ln_2"), b + ".mlp.c_fc")), b + ".mlp.c_proj");
+    x = x + drop(linear(y, b + ".attn.c_proj"));
+    x = x + drop(linear(torch::gelu(linear(ln(x, b + ".ln_2"), b + ".mlp.c_fc")), b + ".mlp.c_proj"));
   }
   return torch::matmul(ln(x, "transformer.ln_f"), w.at("transformer.wte.weight").t());
 }
@@ -369,6 +371,7 @@ std::function<double()> gpt_train_step(const Gpt& p, const int64_t* idx, const i
   auto s = std::make_shared<GptState>();
   s->heads = p.heads;
   s->d = p.d;
+  s->dropout = p.dropout;
   for (const NamedArray& a : p.params) {
     torch::Tensor v = torch::from_blob(const_cast<float*>(a.data), {a.numel}, torch::kFloat32).clone();
     s->w[a.name] = v;
@@ -386,11 +389,21 @@ std::function<double()> gpt_train_step(const Gpt& p, const int64_t* idx, const i
     if (n.find("attn.c_proj.weight") != std::string::npos) return {C, C};
     return {C};  // LayerNorm weights and biases, c_proj biases
   };
+  // gpt::param_groups: weight decay on the Linear weights only.
+  std::vector<torch::Tensor> decay, no_decay;
   for (auto& [n, v] : s->w) {
     v = v.reshape(shape_of(n)).requires_grad_(true);
     s->params.push_back(v);
+    const bool linear_weight = n.find(".weight") != std::string::npos &&
+                               (n.find("c_attn") != std::string::npos || n.find("c_proj") != std::string::npos ||
+                                n.find("c_fc") != std::string::npos);
+    (linear_weight ? decay : no_decay).push_back(v);
   }
-  s->opt = std::make_unique<torch::optim::AdamW>(s->params, torch::optim::AdamWOptions(lr).weight_decay(0.1));
+  auto opts = [&](double wd) { return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).betas({0.9, 0.99}).weight_decay(wd)); };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, opts(0.1));
+  groups.emplace_back(no_decay, opts(0.0));
+  s->opt = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(lr).betas({0.9, 0.99}));
   s->idx = torch::from_blob(const_cast<int64_t*>(idx), {batch, t}, torch::kInt64);
   s->targets = torch::from_blob(const_cast<int64_t*>(targets), {batch * t}, torch::kInt64);
   s->causal_out = torch::ones({p.block, p.block}, torch::kBool).triu(1);

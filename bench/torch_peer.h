@@ -124,16 +124,18 @@ std::function<double()> lenet_epoch(const std::vector<NamedArray>& params, const
                                     int64_t n, int64_t batch, double lr, uint64_t seed);
 
 /// The character GPT of samples/gpt (minGPT's state-dict names, lm_head tied
-/// to transformer.wte.weight, dropout 0), written functionally with LibTorch
-/// ops (1.13 has no fused attention: the composite with a causal mask), its
-/// parameters copied in by name (every one but the tied lm_head.weight).
+/// to transformer.wte.weight), written functionally with LibTorch ops (1.13
+/// has no fused attention: the composite with a causal mask), its parameters
+/// copied in by name (every one but the tied lm_head.weight).
 struct Gpt {
   int64_t vocab = 0, block = 0, layers = 0, heads = 0, d = 0;
+  double dropout = 0;  // on the embeddings, attention weights and residual branches
   std::vector<NamedArray> params;
 };
-/// One training step on (idx, targets) [batch, t]: forward, mean cross
-/// entropy, backward, clip_grad_norm_(1.0), AdamW(lr, weight_decay 0.1 on
-/// every parameter), gradients set to none first. The step returns its loss.
+/// The sample's training step on (idx, targets) [batch, t]: forward in
+/// training mode, mean cross entropy, gradients set to none, backward,
+/// clip_grad_norm_(1.0), AdamW(lr, betas (0.9, 0.99), weight decay 0.1 on the
+/// Linear weights only, as gpt::param_groups). The step returns its loss.
 std::function<double()> gpt_train_step(const Gpt& p, const int64_t* idx, const int64_t* targets, int64_t batch,
                                        int64_t t, double lr);
 
