@@ -5,10 +5,12 @@
 #include <cstring>
 #include <mutex>
 #include <numbers>
+#include <type_traits>
 
 #include "codegen/builders.h"
 #include "dsl/tensor.h"
 #include "runtime/philox.h"
+#include "runtime/thread_pool.h"
 
 namespace tessel {
 namespace {
@@ -151,6 +153,25 @@ Tensor rand(const Shape& s, DType t, Device d) {
   check_shape("rand", s);
   if (!is_floating(t)) throw DTypeError(fmt::format("rand: needs a floating dtype, got {}", dtype_name(t)));
   auto [seed, first] = reserve_random(static_cast<uint64_t>(s.numel()));
+  if (d.is_cpu() && (t == DType::f32 || t == DType::f64)) {
+    // Element i is word i % 4 of block first + i / 4: one Philox block per
+    // four elements (not per element), blocks spread over the pool. Dropout
+    // draws one of these per activation in every training step.
+    Tensor out = empty(s, t, cpu());
+    const int64_t n = s.numel(), blocks = (n + 3) / 4;
+    auto fill = [&](auto* p) {
+      parallel_for(blocks, 1 << 12, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) {
+          const std::array<uint32_t, 4> w = Philox4x32::block(seed, first + static_cast<uint64_t>(k));
+          for (int64_t j = 0; j < 4 && 4 * k + j < n; ++j)
+            p[4 * k + j] = static_cast<std::remove_pointer_t<decltype(p)>>(Philox4x32::uniform(w[static_cast<size_t>(j)]));
+        }
+      });
+    };
+    if (t == DType::f32) fill(out.buffer().ptr<float>());
+    else fill(out.buffer().ptr<double>());
+    return out;
+  }
   return fill_host(s, t, d, [seed = seed, first = first](int64_t i) {
     return static_cast<double>(Philox4x32::uniform(Philox4x32::word(seed, first * 4 + static_cast<uint64_t>(i))));
   });

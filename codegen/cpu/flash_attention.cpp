@@ -137,23 +137,47 @@ void mask_tile(const ir::AttentionGeometry& g, const ir::AttentionOperands<T>& a
   }
 }
 
-// Dropout's factors for row i, keys [j0, j0 + nk): dropout_scale or 0. One
-// Philox block gives four consecutive elements' words.
-template <class T> void keep_factors(const ir::AttentionGeometry& g, int64_t bh, int64_t i, int64_t j0, int64_t nk, T* f) {
+// Philox4x32-10 blocks first .. first + n - 1 under `seed`, words in order
+// (runtime/philox.h's block(), written so the loop over blocks vectorizes:
+// each lane runs one block's ten rounds).
+TESSEL_VECTOR_CLONES void philox_blocks(uint64_t seed, uint64_t first, int64_t n, uint32_t* __restrict out) {
+  const uint32_t s0 = static_cast<uint32_t>(seed), s1 = static_cast<uint32_t>(seed >> 32);
+  for (int64_t b = 0; b < n; ++b) {
+    const uint64_t counter = first + static_cast<uint64_t>(b);
+    uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = s0, k1 = s1;
+    for (int r = 0; r < 10; ++r) {
+      const uint64_t p0 = uint64_t{Philox4x32::kMul0} * c0, p1 = uint64_t{Philox4x32::kMul1} * c2;
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+      c1 = static_cast<uint32_t>(p1);
+      c3 = static_cast<uint32_t>(p0);
+      c0 = n0;
+      c2 = n2;
+      k0 += Philox4x32::kKey0;
+      k1 += Philox4x32::kKey1;
+    }
+    out[4 * b] = c0;
+    out[4 * b + 1] = c1;
+    out[4 * b + 2] = c2;
+    out[4 * b + 3] = c3;
+  }
+}
+
+// Dropout's factors for row i, keys [j0, j0 + nk): dropout_scale or 0, from
+// the Philox words of elements (bh * tq + i) * tk + j (ir::attention_keep).
+// `words` is scratch of at least nk + 8 entries.
+template <class T>
+void keep_factors(const ir::AttentionGeometry& g, int64_t bh, int64_t i, int64_t j0, int64_t nk, T* f,
+                  uint32_t* words) {
   const T kept = static_cast<T>(ir::dropout_scale(g.dropout_p));
   const float p = static_cast<float>(g.dropout_p);
   const uint64_t e0 = (static_cast<uint64_t>(bh) * static_cast<uint64_t>(g.tq) + static_cast<uint64_t>(i)) *
                           static_cast<uint64_t>(g.tk) + static_cast<uint64_t>(j0);
-  uint64_t block = ~uint64_t{0};
-  std::array<uint32_t, 4> w{};
-  for (int64_t c = 0; c < nk; ++c) {
-    const uint64_t e = e0 + static_cast<uint64_t>(c);
-    if (e / 4 != block) {
-      block = e / 4;
-      w = Philox4x32::block(g.seed, block);
-    }
-    f[c] = Philox4x32::uniform(w[e % 4]) >= p ? kept : T(0);
-  }
+  const uint64_t b0 = e0 / 4, b1 = (e0 + static_cast<uint64_t>(nk) + 3) / 4;
+  philox_blocks(g.seed, b0, static_cast<int64_t>(b1 - b0), words);
+  const uint32_t* w = words + (e0 - 4 * b0);
+  for (int64_t c = 0; c < nk; ++c) f[c] = Philox4x32::uniform(w[c]) >= p ? kept : T(0);
 }
 
 // Rows of an operand: base pointer of row `r` of batch index bh, and a leading
@@ -176,6 +200,7 @@ template <class T> void forward(const ir::AttentionGeometry& g, const ir::Attent
   const bool dropout = g.dropout_p > 0;
   parallel_for(g.batch * nqb, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> S(static_cast<size_t>(kBQ * BK)), m(kBQ), l(kBQ), keep(dropout ? static_cast<size_t>(BK) : 0);
+    std::vector<uint32_t> words(dropout ? static_cast<size_t>(BK + 8) : 0);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / nqb, i0 = task % nqb * kBQ, nq = std::min(kBQ, g.tq - i0);
       T* O = out + (bh * g.tq + i0) * ldo;
@@ -205,7 +230,7 @@ template <class T> void forward(const ir::AttentionGeometry& g, const ir::Attent
           if (alpha != T(1)) scale_row(O + r * ldo, g.dv, alpha);
           m[static_cast<size_t>(r)] = mnew;
           if (dropout) {
-            keep_factors(g, bh, i0 + r, j0, nk, keep.data());
+            keep_factors(g, bh, i0 + r, j0, nk, keep.data(), words.data());
             for (int64_t c = 0; c < nk; ++c) s[c] *= keep[static_cast<size_t>(c)];
           }
         }
@@ -236,6 +261,7 @@ void backward(const ir::AttentionGeometry& g, const ir::AttentionOperands<T>& a,
   parallel_for(g.batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> P(static_cast<size_t>(kBQ * BK)), dP(static_cast<size_t>(kBQ * BK)), delta(kBQ), lse(kBQ);
     std::vector<T> K(dropout ? static_cast<size_t>(kBQ * BK) : 0), Pd(dropout ? static_cast<size_t>(kBQ * BK) : 0);
+    std::vector<uint32_t> words(dropout ? static_cast<size_t>(BK + 8) : 0);
     for (int64_t bh = begin; bh < end; ++bh) {
       T* dq = grads + bh * per;
       T* dk = dq + g.tq * g.d;
@@ -271,7 +297,7 @@ void backward(const ir::AttentionGeometry& g, const ir::AttentionOperands<T>& a,
             else (void)exp_shifted(p, nk, lr);
             if (dropout) {
               T* kr = K.data() + r * BK;
-              keep_factors(g, bh, i0 + r, j0, nk, kr);
+              keep_factors(g, bh, i0 + r, j0, nk, kr, words.data());
               T* pd = Pd.data() + r * BK;
               for (int64_t c = 0; c < nk; ++c) pd[c] = p[c] * kr[c];
             }
