@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "chain_kernels.h"
+#include "aot_run_support.h"
 #include "codegen/cpu/cpu_backend.h"
 #include "dsl/aot.h"
 #include "dsl/io.h"
@@ -22,51 +23,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Every test here runs with the JITs off and a fresh, empty cache folder.
-struct JitOff {
-  JitOff() {
-    static const fs::path dir = [] {
-      fs::path d = fs::temp_directory_path() / fmt::format("tessel_aot_run_{}", ::getpid());
-      fs::remove_all(d);
-      fs::create_directories(d);
-      return d;
-    }();
-    setenv("TESSEL_CACHE_DIR", dir.c_str(), 1);
-    setenv("TESSEL_JIT", "off", 1);
-  }
-  ~JitOff() { unsetenv("TESSEL_JIT"); }
-};
-
-void require_equal(const Tensor& got, const Tensor& want, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.shape() == want.shape());
-  std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  int64_t bad = 0;
-  for (size_t i = 0; i < a.size(); ++i) bad += a[i] != b[i];
-  REQUIRE(bad == 0);  // same LLVM pipeline, no fast math: bit-identical to the JIT
-}
-
-std::map<std::string, Tensor> reference(const char* dir) {
-  std::map<std::string, Tensor> out;
-  for (auto& [k, v] : load_dict(fs::path(dir) / "reference.safetensors")) out[k] = v;
-  return out;
-}
-
-struct Counters {
-  CpuJitStats cpu = cpu_jit_stats();
-  KernelCacheStats cache = KernelCache::global().stats();
-};
-
-void require_no_compiles(const Counters& before) {
-  CpuJitStats cpu = cpu_jit_stats();
-  KernelCacheStats cache = KernelCache::global().stats();
-  CHECK(cpu.kernels_compiled == before.cpu.kernels_compiled);
-  CHECK(cpu.kernels_from_disk == before.cpu.kernels_from_disk);
-  CHECK(cache.compiles == before.cache.compiles);
-  CHECK(cache.misses == before.cache.misses);
-  CHECK(cache.disk_hits == before.cache.disk_hits);
-  CHECK(precompiled::stats().misses == 0);
-}
+using aot_test::Counters;
+using aot_test::JitOff;
+using aot_test::reference;
+using aot_test::require_equal;
+using aot_test::require_no_compiles;
 
 }  // namespace
 
@@ -90,7 +51,7 @@ TEST_CASE("the exported kernels are registered at start-up", "[aot]") {
 }
 
 TEST_CASE("the MLP (forward and backward) runs from AOT kernels with the JIT off, equal to the JIT", "[aot]") {
-  JitOff off;
+  JitOff off("tessel_aot_run");
   auto ref = reference(TESSEL_AOT_DIR_mlp);
   auto net = aot_models::make_mlp();
   Tensor x = ref.at("input");
@@ -116,7 +77,7 @@ TEST_CASE("the MLP (forward and backward) runs from AOT kernels with the JIT off
 TEST_CASE("a training loop (forward, backward, SGD with momentum) runs from AOT kernels with the JIT off, equal to "
           "the JIT",
           "[aot]") {
-  JitOff off;
+  JitOff off("tessel_aot_run");
   auto ref = reference(TESSEL_AOT_DIR_train);
   // The export came from the expression type and the input shape alone; a
   // deployment loads its weights into a fresh model (no init, no forward).
@@ -149,7 +110,7 @@ TEST_CASE("a training loop (forward, backward, SGD with momentum) runs from AOT 
 }
 
 TEST_CASE("the elementwise chain and softmax run from AOT kernels with the JIT off, equal to the JIT", "[aot]") {
-  JitOff off;
+  JitOff off("tessel_aot_run");
   auto ref = reference(TESSEL_AOT_DIR_chain);
   Counters before;
   std::vector<Tensor> outs = aot_models::chain(ref.at("x"), ref.at("b"));
@@ -160,7 +121,7 @@ TEST_CASE("the elementwise chain and softmax run from AOT kernels with the JIT o
 }
 
 TEST_CASE("with the JIT off, a kernel that was not exported is a CompileError, not a compile", "[aot]") {
-  JitOff off;
+  JitOff off("tessel_aot_run");
   Tensor x = ones({5, 7});
   {
     BackendOverride interp(ref_backend());

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "aot_run_support.h"
 #include "codegen/cpu/cpu_backend.h"
 #include "convnets.h"
 #include "dsl/aot.h"
@@ -36,56 +37,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The JITs off and a fresh, empty cache folder.
-struct JitOff {
-  JitOff() {
-    static const fs::path dir = [] {
-      fs::path d = fs::temp_directory_path() / fmt::format("tessel_aot_convnet_{}", ::getpid());
-      fs::remove_all(d);
-      fs::create_directories(d);
-      return d;
-    }();
-    setenv("TESSEL_CACHE_DIR", dir.c_str(), 1);
-    setenv("TESSEL_JIT", "off", 1);
-  }
-  ~JitOff() { unsetenv("TESSEL_JIT"); }
-};
-
-std::map<std::string, Tensor> reference(const char* dir) {
-  std::map<std::string, Tensor> out;
-  for (auto& [k, v] : load_dict(fs::path(dir) / "reference.safetensors")) out[k] = v;
-  return out;
-}
-
-// Bit-equality, element for element (as doubles: exact for f32 and i64).
-void require_equal(const Tensor& got, const Tensor& want, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.shape() == want.shape());
-  REQUIRE(got.dtype() == want.dtype());
-  std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  int64_t bad = 0;
-  for (size_t i = 0; i < a.size(); ++i) bad += a[i] != b[i];
-  REQUIRE(bad == 0);
-}
+using aot_test::Counters;
+using aot_test::JitOff;
+using aot_test::reference;
+using aot_test::require_equal;
+using aot_test::require_no_compiles;
 
 // Whether two tensors hold the same values, read on the host (no kernel).
 bool same_values(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.to_vector<double>() == b.to_vector<double>();
-}
-
-// No kernel compiled (each test case is a process of its own, so none at
-// all), loaded from disk or missed among the registered ones.
-struct Counters {
-  CpuJitStats cpu = cpu_jit_stats();
-  KernelCacheStats cache = KernelCache::global().stats();
-};
-void require_no_compiles(const Counters& before) {
-  CHECK(cpu_jit_stats().kernels_compiled == 0);
-  CHECK(cpu_jit_stats().kernels_compiled == before.cpu.kernels_compiled);
-  CHECK(cpu_jit_stats().kernels_from_disk == before.cpu.kernels_from_disk);
-  CHECK(KernelCache::global().stats().compiles == before.cache.compiles);
-  CHECK(KernelCache::global().stats().misses == before.cache.misses);
-  CHECK(precompiled::stats().misses == 0);
 }
 
 // A fresh model with the generator's first weights and running statistics,
@@ -106,7 +66,7 @@ nn::Sequential load_model(std::string_view name, const std::map<std::string, Ten
 }
 
 void forward_equals_jit(std::string_view name, const char* dir) {
-  JitOff off;
+  JitOff off("tessel_aot_convnet");
   auto ref = reference(dir);
   nn::Sequential net = load_model(name, ref);
   Tensor x = ref.at("x");
@@ -124,7 +84,7 @@ void forward_equals_jit(std::string_view name, const char* dir) {
 }
 
 void training_equals_jit(std::string_view name, const char* dir, const char* optimizer) {
-  JitOff off;
+  JitOff off("tessel_aot_convnet");
   const aot_convnets::Spec& spec = aot_convnets::spec(name);
   auto ref = reference(dir);
   // The optimizer the export traced, from the same text (TesselAot.cmake passes it on).

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "aot_run_support.h"
 #include "codegen/cpu/cpu_backend.h"
 #include "dsl/aot.h"
 #include "dsl/io.h"
@@ -31,50 +32,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The JITs off and a fresh, empty cache folder.
-struct JitOff {
-  JitOff() {
-    static const fs::path dir = [] {
-      fs::path d = fs::temp_directory_path() / fmt::format("tessel_aot_gpt_{}", ::getpid());
-      fs::remove_all(d);
-      fs::create_directories(d);
-      return d;
-    }();
-    setenv("TESSEL_CACHE_DIR", dir.c_str(), 1);
-    setenv("TESSEL_JIT", "off", 1);
-  }
-  ~JitOff() { unsetenv("TESSEL_JIT"); }
-};
-
-std::map<std::string, Tensor> reference(const char* dir) {
-  std::map<std::string, Tensor> out;
-  for (auto& [k, v] : load_dict(fs::path(dir) / "reference.safetensors")) out[k] = v;
-  return out;
-}
-
-// Bit-equality, element for element (as doubles: exact for f32 and i64).
-void require_equal(const Tensor& got, const Tensor& want, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.shape() == want.shape());
-  REQUIRE(got.dtype() == want.dtype());
-  std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  int64_t bad = 0;
-  for (size_t i = 0; i < a.size(); ++i) bad += a[i] != b[i];
-  REQUIRE(bad == 0);
-}
-
-struct Counters {
-  CpuJitStats cpu = cpu_jit_stats();
-  KernelCacheStats cache = KernelCache::global().stats();
-};
-void require_no_compiles(const Counters& before) {
-  CHECK(cpu_jit_stats().kernels_compiled == 0);
-  CHECK(cpu_jit_stats().kernels_compiled == before.cpu.kernels_compiled);
-  CHECK(cpu_jit_stats().kernels_from_disk == before.cpu.kernels_from_disk);
-  CHECK(KernelCache::global().stats().compiles == before.cache.compiles);
-  CHECK(KernelCache::global().stats().misses == before.cache.misses);
-  CHECK(precompiled::stats().misses == 0);
-}
+using aot_test::Counters;
+using aot_test::JitOff;
+using aot_test::reference;
+using aot_test::require_equal;
+using aot_test::require_no_compiles;
 
 // A fresh model with the generator's first weights, loaded as a deployment
 // loads a checkpoint (the constructor's init computed by the ref
@@ -111,7 +73,7 @@ TEST_CASE("the GPT's exported kernels are registered at start-up", "[aot][gpt]")
 }
 
 TEST_CASE("GPT: the eval forward runs from AOT kernels with the JIT off, bit-equal to the JIT", "[aot][gpt]") {
-  JitOff off;
+  JitOff off("tessel_aot_gpt");
   auto ref = reference(TESSEL_AOT_DIR_gpt_fwd);
   gpt::GPT model = load_model(ref);
   Counters before;
@@ -128,7 +90,7 @@ TEST_CASE("GPT: the eval forward runs from AOT kernels with the JIT off, bit-equ
 
 TEST_CASE("GPT: AdamW steps run from AOT kernels with the JIT off, bit-equal to the JIT, the loss falling",
           "[aot][gpt]") {
-  JitOff off;
+  JitOff off("tessel_aot_gpt");
   auto ref = reference(TESSEL_AOT_DIR_gpt_train);
   CHECK(std::string_view(TESSEL_AOT_OPTIMIZER_gpt_train) == aot_gpt::optimizer);
   gpt::GPT model = load_model(ref);
