@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <functional>
 #include <numeric>
@@ -211,6 +212,34 @@ inline Value layer_norm(const Value& x, size_t k, const Value* w, const Value* b
       if (w) y *= w->v[static_cast<size_t>(j)];
       if (b) y += b->v[static_cast<size_t>(j)];
       out.v[start + static_cast<size_t>(j)] = y;
+    }
+  }
+  return out;
+}
+
+// Self-attention over the last two dims: row i of each matrix attends to
+// rows j (j <= i when causal) with softmax(x_i . x_j / sqrt(D)) weights.
+inline Value self_attention(const Value& x, bool causal) {
+  const int64_t t = x.shape[x.shape.size() - 2], d = x.shape.back();
+  Value out = x;
+  std::vector<double> s(static_cast<size_t>(t));
+  for (size_t base = 0; base < x.v.size(); base += static_cast<size_t>(t * d)) {
+    auto at = [&](int64_t r, int64_t c) { return x.v[base + static_cast<size_t>(r * d + c)]; };
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t keys = causal ? i + 1 : t;
+      double m = -std::numeric_limits<double>::infinity(), l = 0;
+      for (int64_t j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += at(i, c) * at(j, c);
+        s[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(d));
+        m = std::max(m, s[static_cast<size_t>(j)]);
+      }
+      for (int64_t j = 0; j < keys; ++j) l += std::exp(s[static_cast<size_t>(j)] - m);
+      for (int64_t c = 0; c < d; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < keys; ++j) acc += std::exp(s[static_cast<size_t>(j)] - m) / l * at(j, c);
+        out.v[base + static_cast<size_t>(i * d + c)] = acc;
+      }
     }
   }
   return out;

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "dsl/attention.h"
 #include "naive.h"
 #include "tests/support/tensor_testing.h"
 
@@ -255,6 +256,15 @@ class TreeGen {
       r.t = layer_norm(a.t, ns, nullptr, nullptr, eps);
       r.n = naive::layer_norm(a.n, k, nullptr, nullptr, eps);
       r.desc = "layer_norm(" + a.desc + "," + shape_str(ns) + ")";
+      return finish(r, {&a});
+    }
+    if (fl && coin(0.04) && a.n.shape.size() >= 2 && bounded(a.n, 8.0)) {
+      // Self-attention over the last two dims, sometimes causal: the fused
+      // Attention node (and its gradient node) against softmax over scores.
+      const bool causal = coin(0.5);
+      r.t = scaled_dot_product_attention(a.t, a.t, a.t, {.causal = causal});
+      r.n = naive::self_attention(a.n, causal);
+      r.desc = std::string(causal ? "causal_attention(" : "attention(") + a.desc + ")";
       return finish(r, {&a});
     }
     switch (op) {
@@ -615,6 +625,14 @@ class TreeGen {
     r.n = a.n;
     r.desc = "unsq(" + a.desc + ")";
     return finish(r, {&a});
+  }
+
+  // Whether every value is finite and at most `limit` in magnitude (attention
+  // scores of such rows stay where f32 and the naive doubles agree).
+  static bool bounded(const naive::Value& x, double limit) {
+    for (double v : x.v)
+      if (!(std::fabs(v) <= limit)) return false;
+    return true;
   }
 
   // Whether every row of the last k dims with two or more elements has a
