@@ -104,6 +104,15 @@ TS_FN T masked(const Args& a, T x, int64_t mb, int64_t i, int64_t j) {
   return x;
 }
 
+// Rows [r0, r0 + n) of an operand (COLS contiguous values each, rows `row`
+// apart from `base`) copied dense into shared memory by the block's THREADS
+// threads; the caller synchronizes around it.
+template <class T, int COLS, int THREADS>
+TS_FN void stage_rows(T* dst, const T* src, int64_t base, int64_t row, int64_t r0, int n) {
+#pragma unroll 1
+  for (int e = threadIdx.x; e < n * COLS; e += THREADS) dst[e] = src[base + (r0 + e / COLS) * row + e % COLS];
+}
+
 // Forward: one thread per query row, BQ rows per block, tiles of BK keys.
 template <class T, int D, int DV, int MASK, bool CAUSAL, bool DROP, int BQ, int BK>
 TS_FN void forward(const Args& a) {
@@ -134,10 +143,8 @@ TS_FN void forward(const Args& a) {
     for (int64_t k0 = 0; k0 < kend; k0 += BK) {
       const int nk = (int)ts::min((int64_t)BK, a.tk - k0);
       __syncthreads();  // every thread is done with the previous tile
-#pragma unroll 1
-      for (int e = threadIdx.x; e < nk * D; e += BQ) ks[e] = K[kb + (k0 + e / D) * a.k_row + e % D];
-#pragma unroll 1
-      for (int e = threadIdx.x; e < nk * DV; e += BQ) vs[e] = V[vb + (k0 + e / DV) * a.v_row + e % DV];
+      stage_rows<T, D, BQ>(ks, K, kb, a.k_row, k0, nk);
+      stage_rows<T, DV, BQ>(vs, V, vb, a.v_row, k0, nk);
       __syncthreads();
       if (!active) continue;
 #pragma unroll 1
@@ -228,10 +235,8 @@ TS_FN void grad_q(const Args& a) {
     for (int64_t k0 = 0; k0 < kend; k0 += BK) {
       const int nk = (int)ts::min((int64_t)BK, a.tk - k0);
       __syncthreads();
-#pragma unroll 1
-      for (int e = threadIdx.x; e < nk * D; e += BQ) ks[e] = K[kb + (k0 + e / D) * a.k_row + e % D];
-#pragma unroll 1
-      for (int e = threadIdx.x; e < nk * DV; e += BQ) vs[e] = V[vb + (k0 + e / DV) * a.v_row + e % DV];
+      stage_rows<T, D, BQ>(ks, K, kb, a.k_row, k0, nk);
+      stage_rows<T, DV, BQ>(vs, V, vb, a.v_row, k0, nk);
       __syncthreads();
       if (!live) continue;
 #pragma unroll 1
@@ -302,10 +307,8 @@ TS_FN void grad_kv(const Args& a) {
     for (int64_t i0 = qstart; i0 < a.tq; i0 += BQ) {
       const int nq = (int)ts::min((int64_t)BQ, a.tq - i0);
       __syncthreads();
-#pragma unroll 1
-      for (int e = threadIdx.x; e < nq * D; e += BK) qs[e] = Q[qb + (i0 + e / D) * a.q_row + e % D];
-#pragma unroll 1
-      for (int e = threadIdx.x; e < nq * DV; e += BK) gs[e] = G[gb + (i0 + e / DV) * a.g_row + e % DV];
+      stage_rows<T, D, BK>(qs, Q, qb, a.q_row, i0, nq);
+      stage_rows<T, DV, BK>(gs, G, gb, a.g_row, i0, nq);
 #pragma unroll 1
       for (int e = threadIdx.x; e < nq; e += BK) {
         ls[e] = F[(bh * a.tq + i0 + e) * (DV + 1) + DV];
