@@ -107,6 +107,15 @@ NodePtr last_two_transposed(const NodePtr& x) {
   return ir::transpose(x, r - 2, r - 1);
 }
 
+bool is_last_two_transpose(const ir::Node& x) {
+  if (x.op != Op::Permute || x.realized()) return false;
+  const std::vector<int64_t>& o = x.order().order;
+  const size_t r = o.size();
+  for (size_t i = 0; i + 2 < r; ++i)
+    if (o[i] != static_cast<int64_t>(i)) return false;
+  return r >= 2 && o[r - 2] == static_cast<int64_t>(r - 1) && o[r - 1] == static_cast<int64_t>(r - 2);
+}
+
 // An Attention's q, k, v gradients: one AttentionGrad node, its packed
 // value cut into three views. The log-sum-exp column's gradient is dropped:
 // the DSL hands out only the output columns, so it is zero.
@@ -247,11 +256,23 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
       const std::vector<int64_t>& order = n.order().order;
       std::vector<int64_t> inv(order.size());
       for (size_t i = 0; i < order.size(); ++i) inv[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+      // A gradient that arrives permuted the other way (a transposed
+      // operand's, from the MatMul rule) is the value underneath.
+      if (g->op == Op::Permute && !g->realized() && g->order().order == order) return {g->args[0]};
       return {ir::permute(g, inv)};
     }
     case Op::Expand: return {unexpand(g, a[0]->shape)};
-    case Op::MatMul:
-      return {ir::matmul(g, last_two_transposed(a[1])), ir::matmul(last_two_transposed(a[0]), g)};
+    case Op::MatMul: {
+      // The gradient of a transposed operand (Linear's x @ w^T) is formed as
+      // the product that yields it untransposed: w's gradient is then dense
+      // in w's order, and the optimizer's update reads it in order instead
+      // of through a transposed view.
+      NodePtr ga = is_last_two_transpose(*a[0]) ? last_two_transposed(ir::matmul(a[1], last_two_transposed(g)))
+                                                : ir::matmul(g, last_two_transposed(a[1]));
+      NodePtr gb = is_last_two_transpose(*a[1]) ? last_two_transposed(ir::matmul(last_two_transposed(g), a[0]))
+                                                : ir::matmul(last_two_transposed(a[0]), g);
+      return {ga, gb};
+    }
     // The three convolution nodes are bilinear and each one's partial
     // derivatives are the other two (so any order of derivative exists):
     // y = conv(x, w): dx = grad_input(g, w), dw = grad_weight(x, g).

@@ -266,6 +266,22 @@ NodePtr permute(NodePtr x, std::vector<int64_t> order) {
   bool identity = true;
   for (int64_t i = 0; i < rank; ++i) identity = identity && order[static_cast<size_t>(i)] == i;
   if (identity) return x;
+  // A permute of a pending permute is one permute of its input -- unless the
+  // two cancel: the result would then be the input's node itself, which a
+  // second tensor must not share (a leaf's node carries its gradient).
+  if (x->op == Op::Permute && !x->realized()) {
+    const std::vector<int64_t>& inner = x->order().order;
+    std::vector<int64_t> composed(order.size());
+    bool cancels = true;
+    for (size_t i = 0; i < order.size(); ++i) {
+      composed[i] = inner[static_cast<size_t>(order[i])];
+      cancels = cancels && composed[i] == static_cast<int64_t>(i);
+    }
+    if (!cancels) {
+      order = std::move(composed);
+      x = x->args[0];
+    }
+  }
   DType dt = x->dtype;
   NodePtr n = make(Op::Permute, dt, Shape(std::move(out)), {std::move(x)});
   n->attrs = OrderAttrs{std::move(order)};

@@ -389,3 +389,21 @@ TEST_CASE("autograd: a graph built after an in-place step sees the new values", 
   // grads: 2 * [1, 2] + 2 * [2, 3]
   CHECK(vals(w.grad()) == std::vector<double>{6, 10});
 }
+
+TEST_CASE("autograd: the gradient of a transposed matmul operand is dense in the leaf's layout", "[autograd]") {
+  // x @ w^T (a Linear) and w^T @ x: the gradient of w is formed as the product
+  // that yields it untransposed, not as a transposed view of another product
+  // (an optimizer then reads it in order).
+  Tensor x = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor w = leaf({1, 0, -1, 2, 1, 0, 0, 1, 1, 3, 2, 1}, {4, 3});
+  x.matmul(w.t()).sum().backward();
+  CHECK(vals(w.grad()) == std::vector<double>{5, 7, 9, 5, 7, 9, 5, 7, 9, 5, 7, 9});
+  CHECK(w.grad().node()->buffer->strides == Strides{3, 1});
+  CHECK(vals(x.grad()) == std::vector<double>{6, 4, 1, 6, 4, 1});  // column sums of w
+  Tensor v = leaf({1, 2, 3, 4, 5, 6, 7, 8}, {4, 2});
+  (w.t().matmul(v) * leaf({1, 2, 3, 4, 5, 6}, {3, 2}).detach()).sum().backward();
+  // d/dw of sum(G * (w^T v)) = v G^T: rows of v against rows of G.
+  CHECK(vals(w.grad()) == std::vector<double>{5 + 5, 7 + 11, 9 + 17, 5 + 11, 7 + 25, 9 + 39,
+                                              5 + 17, 7 + 39, 9 + 61, 5 + 23, 7 + 53, 9 + 83});
+  CHECK(w.grad().node()->buffer->strides == Strides{3, 1});
+}
