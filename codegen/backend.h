@@ -43,6 +43,14 @@ class Backend {
     realize({root}, false);
     return nullptr;
   }
+  /// realize(values, false), writing value i straight into `dsts[i]` where the
+  /// backend can (an in-place update, `w -= lr * g`, computed into w's memory
+  /// with no copy). A value left in memory of its own (its buffer is not
+  /// dsts[i]) is for the caller to copy; the default leaves them all so.
+  virtual void realize_into(const std::vector<ir::NodePtr>& values, const std::vector<ir::BufferView>& dsts) {
+    (void)dsts;
+    realize(values, false);
+  }
   /// Writes the realized view `src` into `dst` (views of shape `s` and dtype
   /// `t` in this backend's memory; dst has no elements sharing memory): the
   /// memory side of in-place writes (x += 1, x[0] = 42, optimizer steps).

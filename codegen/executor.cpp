@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/blas/gemm.h"
 #include "codegen/ir_verifier.h"
 #include "codegen/kernel_ir_verifier.h"
+#include "codegen/movement.h"
 #include "codegen/verify_mode.h"
 #include "runtime/errors.h"
 
@@ -45,8 +47,51 @@ void StepExecutor::matmul_epilogue(const Node& mm, const std::vector<BufferView>
   launch(epi, Role::epilogue, &epi_node);
 }
 
+namespace {
+
+// Whether a step after `from` reads memory of `storage` through a realized
+// leaf of its kernel (the nodes it fuses stop at materialized ones).
+bool read_after(const sched::Schedule& S, size_t from, const Storage* storage) {
+  std::unordered_set<const Node*> materialized;
+  for (const sched::Step& st : S.steps) {
+    materialized.insert(st.node);
+    for (const Node* g : st.stages) materialized.insert(g);
+    if (st.epilogue) materialized.insert(st.epilogue);
+  }
+  for (size_t s = from + 1; s < S.steps.size(); ++s) {
+    const sched::Step& st = S.steps[s];
+    std::vector<const Node*> stack{st.node};
+    if (st.epilogue) stack.push_back(st.epilogue);
+    std::unordered_set<const Node*> seen;
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second) continue;
+      for (const auto& a : n->args) {
+        if (a->realized()) {
+          if (a->buffer->storage.get() == storage) return true;
+        } else if (!materialized.count(a.get()) || a.get() == st.node) {
+          stack.push_back(a.get());
+        }
+      }
+    }
+  }
+  return false;
+}
+
+// The memory root `n` is headed for, if its kernel may write it there.
+const BufferView* target_of(const Node* n, const std::vector<ir::NodePtr>& roots, const std::vector<BufferView>* into) {
+  if (!into) return nullptr;
+  for (size_t i = 0; i < roots.size(); ++i)
+    if (roots[i].get() == n && (*into)[i].storage && ir::is_contiguous(n->shape, (*into)[i].strides)) return &(*into)[i];
+  return nullptr;
+}
+
+}  // namespace
+
 void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const sched::Schedule& S,
-                  bool keep_grad_values) {
+                  bool keep_grad_values, const std::vector<BufferView>* into) {
+  TESSEL_ASSERT("run_schedule", !into || into->size() == roots.size());
   if (verify_enabled()) {
     ir::verify_ir(roots, sched::kPasses[0]);
     ir::verify_schedule(S, sched::kPasses[1]);
@@ -68,7 +113,8 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
     }
     return a;
   };
-  for (const sched::Step& step : S.steps) {
+  for (size_t si = 0; si < S.steps.size(); ++si) {
+    const sched::Step& step = S.steps[si];
     Node* n = step.node;
     switch (step.kind) {
       case sched::StepKind::View: {
@@ -80,8 +126,21 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
       }
       case sched::StepKind::Kernel:
       case sched::StepKind::Reduce: {
-        BufferView out = ex.alloc(n->dtype, n->shape);
-        lower::Lowered l = lower::lower_to_kernel_ir(*n, value_of, copy, out);
+        lower::Lowered l;
+        bool placed = false;
+        if (const BufferView* t = step.kind == sched::StepKind::Kernel && ex.kernel_over_input()
+                                      ? target_of(n, roots, into)
+                                      : nullptr) {
+          // Written into its destination when every read of that memory is
+          // at the element written and nothing after this step reads it.
+          l = lower::lower_to_kernel_ir(*n, value_of, copy, *t);
+          placed = true;
+          for (size_t p = 1; p < l.buffers.size() && placed; ++p)
+            placed = l.buffers[p].storage != t->storage || lower::reads_in_store_layout(l, p);
+          placed = placed && !read_after(S, si, t->storage.get());
+        }
+        if (!placed) l = lower::lower_to_kernel_ir(*n, value_of, copy, ex.alloc(n->dtype, n->shape));
+        const BufferView out = l.buffers[0];
         kir::check_lowering(l);
         lower::coalesce(l);
         ex.launch(l, step.kind == sched::StepKind::Reduce ? Role::reduce : Role::elementwise, n);

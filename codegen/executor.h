@@ -57,14 +57,24 @@ class StepExecutor {
   /// product and its store then share memory, which the backend's kernel must
   /// allow (the CPU emits a variant for it). Saves a buffer the size of the product.
   virtual bool epilogue_over_product() const { return false; }
+  /// Whether an elementwise kernel may write its result over memory it reads
+  /// at the element it writes (an in-place update written straight into its
+  /// tensor, run_schedule's `into`); the launch names that param (the CPU
+  /// emits a variant for it).
+  virtual bool kernel_over_input() const { return false; }
   /// A movement step produced a view (no work).
   virtual void on_view() {}
 };
 
 /// Runs the steps of `S` (the schedule of `roots`) on `ex`; sets every root's
 /// buffer (and, with keep_grad_values, those of the nodes backward reads).
+/// `into`, when given, holds per root the memory its value is headed for (an
+/// in-place write; empty storage: none): a root computed by an elementwise
+/// kernel is written there directly when the executor allows it, the memory
+/// is dense and no later step reads what it overwrites; its buffer is then
+/// that memory. Any other root gets memory of its own, for the caller to copy.
 void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const sched::Schedule& S,
-                  bool keep_grad_values);
+                  bool keep_grad_values, const std::vector<ir::BufferView>* into = nullptr);
 
 /// A dense copy of a strided view, by a copy kernel launched on `ex`.
 ir::BufferView dense_copy(StepExecutor& ex, DType t, const Shape& s, const ir::BufferView& in);

@@ -542,6 +542,19 @@ Lowered lower_copy(DType t, const Shape& s, const BufferView& in, const BufferVi
   return lower_to_kernel_ir(*id, vo, no_copy, out);
 }
 
+bool reads_in_store_layout(const Lowered& l, size_t p) {
+  const kir::Kernel& k = l.kernel;
+  const size_t R = static_cast<size_t>(k.rank);
+  const size_t store = k.slot_base(0);
+  for (size_t s = 0; s < k.load_params.size(); ++s) {
+    if (static_cast<size_t>(k.load_params[s]) != p) continue;
+    const size_t load = k.slot_base(static_cast<int>(s + 1));
+    for (size_t i = 0; i <= R; ++i)
+      if (l.args[load + i] != l.args[store + i]) return false;
+  }
+  return true;
+}
+
 void coalesce(Lowered& l) {
   auto& k = l.kernel;
   const int R = k.rank;

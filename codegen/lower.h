@@ -50,6 +50,11 @@ Lowered lower_copy(DType t, const Shape& s, const ir::BufferView& in, const ir::
 /// a reshape no strides can express is a dense copy made by `copy`).
 ir::BufferView movement_view(const ir::Node& n, const ir::BufferView& in, const DenseCopy& copy);
 
+/// Whether every load of param `p` reads with the store's offset and strides,
+/// so the kernel may write its result over p's memory element for element
+/// (a matmul epilogue over its product, an in-place update over its tensor).
+bool reads_in_store_layout(const Lowered& l, size_t p);
+
 /// Marks the load slots whose stride along the innermost domain dim is 0 in
 /// l.args (kir::Kernel::invariant); coalesce() ends with it.
 void mark_invariant_loads(Lowered& l);

@@ -1,5 +1,6 @@
 #include "dsl/lazy_registry.h"
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -61,6 +62,30 @@ std::vector<Tensor> pending_among(const std::unordered_set<const ir::Node*>& nod
     if (p && !p->deferred && p->node && !p->node->realized() && nodes.count(p->node.get())) out.emplace_back(p);
   }
   return out;
+}
+
+void realize_readers_of(const std::vector<const Storage*>& storages, const std::unordered_set<const ir::Node*>& except) {
+  std::vector<Tensor> todo;
+  {
+    Registry& R = registry();
+    std::lock_guard lock(R.mu);
+    for (auto& w : R.pending) {
+      auto p = w.lock();
+      if (!p || (p->node && except.count(p->node.get()))) continue;
+      bool hit = false;
+      if (p->deferred) {
+        for (const Storage* s : storages) hit = hit || p->deferred->reads(s);
+      } else if (p->node && !p->node->realized()) {
+        for (ir::Node* n : ir::topo_order({p->node}))
+          if (n->realized() && std::find(storages.begin(), storages.end(), n->buffer->storage.get()) != storages.end()) {
+            hit = true;
+            break;
+          }
+      }
+      if (hit) todo.emplace_back(p);
+    }
+  }
+  if (!todo.empty()) realize(todo);
 }
 
 void realize_readers_of(const Storage* storage) {

@@ -33,6 +33,9 @@ class DeferPendingScope {
 };
 /// Realizes every pending tensor whose graph reads `storage`.
 void realize_readers_of(const Storage* storage);
+/// Realizes every pending tensor whose graph reads one of `storages`, but for
+/// those whose value is one of `except` (the values about to be written there).
+void realize_readers_of(const std::vector<const Storage*>& storages, const std::unordered_set<const ir::Node*>& except);
 
 class Tensor;
 /// The pending (lazy, still held) tensors whose value is one of `nodes`.

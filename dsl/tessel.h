@@ -7,6 +7,7 @@
 //   fmt::print("{}\n", net(x).shape());   // [2, 10]
 #pragma once
 
+#include "dsl/assign_all.h"
 #include "dsl/attention.h"
 #include "dsl/dist/collectives.h"
 #include "dsl/convolution.h"

@@ -47,21 +47,6 @@ using ir::BufferView;
 using ir::Node;
 using ir::Op;
 
-// Whether every load of param p reads with the store's offset and strides
-// (so an epilogue may write over p's memory element for element).
-bool same_slot_layout(const lower::Lowered& l, size_t p) {
-  const kir::Kernel& k = l.kernel;
-  const size_t R = static_cast<size_t>(k.rank);
-  const size_t store = k.slot_base(0);
-  for (size_t s = 0; s < k.load_params.size(); ++s) {
-    if (static_cast<size_t>(k.load_params[s]) != p) continue;
-    const size_t load = k.slot_base(static_cast<int>(s + 1));
-    for (size_t i = 0; i <= R; ++i)
-      if (l.args[load + i] != l.args[store + i]) return false;
-  }
-  return true;
-}
-
 class CpuExecutor final : public exec::StepExecutor {
  public:
   // Set while a realization is recorded for the plan cache; anything a plan
@@ -74,8 +59,17 @@ class CpuExecutor final : public exec::StepExecutor {
   // and a program built with them must not compile.
   bool epilogue_over_product() const override { return precompiled::size() == 0 && !precompiled::jit_disabled(); }
 
+  bool kernel_over_input() const override { return epilogue_over_product(); }
+
   void launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
-    const cpujit::EmitOptions variant{.streaming = cpujit::wants_streaming(l.kernel, l.args.data(), l.rows)};
+    cpujit::EmitOptions variant{.streaming = cpujit::wants_streaming(l.kernel, l.args.data(), l.rows)};
+    // Written over memory it reads (run_schedule's `into`): the aliasing variant.
+    for (size_t p = 1; p < l.buffers.size(); ++p)
+      if (l.buffers[p].storage == l.buffers[0].storage) {
+        TESSEL_ASSERT("run_schedule", variant.output_alias_param < 0 && lower::reads_in_store_layout(l, p));
+        variant.output_alias_param = static_cast<int>(p);
+        variant.streaming = false;  // no streaming variant writes over its input
+      }
     cpujit::KernelFn* fn = compiled(l.kernel, variant);
     run_lowered(l, fn);
     bump(&AtomicStats::kernels_launched);
@@ -149,7 +143,7 @@ class CpuExecutor final : public exec::StepExecutor {
     cpujit::EmitOptions variant;
     for (size_t p = 1; p < epi.buffers.size(); ++p)
       if (epi.buffers[p].storage == epi.buffers[0].storage) {
-        TESSEL_ASSERT("matmul epilogue", variant.output_alias_param < 0 && same_slot_layout(epi, p));
+        TESSEL_ASSERT("matmul epilogue", variant.output_alias_param < 0 && lower::reads_in_store_layout(epi, p));
         variant.output_alias_param = static_cast<int>(p);
       }
     cpujit::KernelFn* fn = compiled(epi.kernel, variant);
@@ -241,6 +235,14 @@ class CpuBackend final : public Backend {
       std::lock_guard<std::mutex> l(C.mu);
       if (C.plans.size() < kMaxPlans) C.plans.emplace(hash, std::move(plan));
     });
+  }
+
+  void realize_into(const std::vector<ir::NodePtr>& values, const std::vector<BufferView>& dsts) override {
+    bump(&AtomicStats::realizations);
+    cpujit::CodeInUse in_use;
+    sched::Schedule S = sched::schedule(values, {.max_inputs = 16, .keep_grad_values = false});
+    CpuExecutor ex;
+    exec::run_schedule(ex, values, S, false, &dsts);
   }
 
   std::unique_ptr<LeafReplay> realize_recorded(const ir::NodePtr& root, const std::vector<ir::NodePtr>& leaves) override {

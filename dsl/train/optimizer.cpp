@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "dsl/assign_all.h"
+
 namespace tessel::optim {
 
 Optimizer::Optimizer(std::vector<nn::Parameter> params) : params_(std::move(params)) {
@@ -76,9 +78,13 @@ SGD::SGD(std::vector<nn::Parameter> params, SGDOptions opt) : Optimizer(std::mov
   momentum_.resize(params_.size());
 }
 
+// Every update of a step is one realization (assign_all_): each parameter's
+// and buffer's new value is computed into its own memory where its kernel
+// allows, so a step allocates and copies nothing.
 void SGD::step() {
   NoGradGuard g;
   ++steps_;
+  std::vector<Tensor> dsts, values;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor grad = params_[i].grad();
     if (!grad.defined()) continue;
@@ -87,12 +93,20 @@ void SGD::step() {
     if (opt_.weight_decay != 0) d = add(d, binary_op(ir::Op::Mul, w, Scalar(opt_.weight_decay)));
     if (opt_.momentum != 0) {
       Tensor& buf = momentum_[i];
-      if (!buf.defined()) buf = d.clone();
-      else buf.assign_(add(binary_op(ir::Op::Mul, buf, Scalar(opt_.momentum)), d));
-      d = opt_.nesterov ? add(d, binary_op(ir::Op::Mul, buf, Scalar(opt_.momentum))) : buf;
+      Tensor next;  // the buffer after this step
+      if (!buf.defined()) {
+        next = buf = d.clone();
+      } else {
+        next = add(binary_op(ir::Op::Mul, buf, Scalar(opt_.momentum)), d);
+        dsts.push_back(buf);
+        values.push_back(next);
+      }
+      d = opt_.nesterov ? add(d, binary_op(ir::Op::Mul, next, Scalar(opt_.momentum))) : next;
     }
-    w -= binary_op(ir::Op::Mul, d, Scalar(opt_.lr));
+    dsts.push_back(w);
+    values.push_back(binary_op(ir::Op::Sub, w, binary_op(ir::Op::Mul, d, Scalar(opt_.lr))));
   }
+  assign_all_(dsts, std::move(values));
 }
 
 OrderedDict<Tensor> SGD::state_dict() const {
@@ -168,24 +182,30 @@ void Adam::step() {
   ++t_;
   double bc1 = 1 - std::pow(opt_.beta1, static_cast<double>(t_));
   double bc2 = 1 - std::pow(opt_.beta2, static_cast<double>(t_));
+  std::vector<Tensor> dsts, values;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor grad = params_[i].grad();
     if (!grad.defined()) continue;
     Tensor w = params_[i].data();
     const double wd = weight_decay_[i];
-    if (opt_.decoupled && wd != 0) w *= 1 - opt_.lr * wd;
     if (!opt_.decoupled && wd != 0) grad = add(grad, binary_op(ir::Op::Mul, w, Scalar(wd)));
     if (!m_[i].defined()) {
       m_[i] = zeros(w.shape(), w.dtype(), w.device());
       v_[i] = zeros(w.shape(), w.dtype(), w.device());
     }
-    m_[i].assign_(add(binary_op(ir::Op::Mul, m_[i], Scalar(opt_.beta1)), binary_op(ir::Op::Mul, grad, Scalar(1 - opt_.beta1))));
-    v_[i].assign_(add(binary_op(ir::Op::Mul, v_[i], Scalar(opt_.beta2)),
-                      binary_op(ir::Op::Mul, mul(grad, grad), Scalar(1 - opt_.beta2))));
-    Tensor mhat = binary_op(ir::Op::Div, m_[i], Scalar(bc1));
-    Tensor denom = binary_op(ir::Op::Add, binary_op(ir::Op::Div, v_[i], Scalar(bc2)).sqrt(), Scalar(opt_.eps));
-    w -= binary_op(ir::Op::Mul, div(mhat, denom), Scalar(opt_.lr));
+    Tensor m = add(binary_op(ir::Op::Mul, m_[i], Scalar(opt_.beta1)), binary_op(ir::Op::Mul, grad, Scalar(1 - opt_.beta1)));
+    Tensor v = add(binary_op(ir::Op::Mul, v_[i], Scalar(opt_.beta2)),
+                   binary_op(ir::Op::Mul, mul(grad, grad), Scalar(1 - opt_.beta2)));
+    Tensor mhat = binary_op(ir::Op::Div, m, Scalar(bc1));
+    Tensor denom = binary_op(ir::Op::Add, binary_op(ir::Op::Div, v, Scalar(bc2)).sqrt(), Scalar(opt_.eps));
+    // AdamW decays the weight first: w * (1 - lr * wd), then the Adam step.
+    Tensor decayed = opt_.decoupled && wd != 0 ? binary_op(ir::Op::Mul, w, Scalar(1 - opt_.lr * wd)) : w;
+    dsts.insert(dsts.end(), {m_[i], v_[i], w});
+    values.push_back(std::move(m));
+    values.push_back(std::move(v));
+    values.push_back(binary_op(ir::Op::Sub, decayed, binary_op(ir::Op::Mul, div(mhat, denom), Scalar(opt_.lr))));
   }
+  assign_all_(dsts, std::move(values));
 }
 
 double clip_grad_norm_(const std::vector<nn::Parameter>& params, double max_norm) {

@@ -1,0 +1,91 @@
+#include "dsl/assign_all.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "codegen/backend.h"
+#include "codegen/movement.h"
+#include "dsl/lazy_registry.h"
+#include "runtime/storage.h"
+
+namespace tessel {
+namespace {
+
+// Whether dst.assign_(v) is a plain write of memory: no autograd, no view
+// that extends a graph, no broadcast or cast, dense destination.
+bool plain_write(const Tensor& dst, const Tensor& v) {
+  if (!dst.is_realized() || !(dst.device() == v.device()) || dst.dtype() != v.dtype() || !(dst.shape() == v.shape()))
+    return false;
+  if (grad_enabled() && (dst.requires_grad() || v.requires_grad())) return false;
+  return ir::is_contiguous(dst.shape(), dst.buffer().strides);
+}
+
+}  // namespace
+
+void assign_all_(const std::vector<Tensor>& dsts, std::vector<Tensor>&& values) {
+  if (dsts.size() != values.size())
+    throw ValueError(fmt::format("assign_all_: {} destinations but {} values; pass one value per destination",
+                                 dsts.size(), values.size()));
+  std::vector<size_t> plain;
+  for (size_t i = 0; i < dsts.size(); ++i) {
+    if (!dsts[i].defined() || !values[i].defined())
+      throw ValueError(fmt::format("assign_all_: {} {} is an undefined tensor; give it a value first",
+                                   dsts[i].defined() ? "value" : "destination", i));
+    if (plain_write(dsts[i], values[i])) plain.push_back(i);
+  }
+  if (plain.size() < dsts.size()) {  // every value first, from the memory as it is, then assign_ each
+    realize(values);
+    for (size_t i = 0; i < dsts.size(); ++i) dsts[i].assign_(values[i]);
+    values.clear();
+    return;
+  }
+  // Pending values go into one realization per device.
+  std::unordered_map<const ir::Node*, int> refs;  // uses of each node inside the values' graphs
+  std::vector<ir::NodePtr> roots;
+  for (size_t i : plain) roots.push_back(values[i].node());
+  for (ir::Node* n : ir::topo_order(roots))
+    for (const auto& a : n->args) ++refs[a.get()];
+  roots.clear();  // holds no node from here on (use counts below)
+  std::unordered_set<const ir::Node*> own;
+  std::vector<const Storage*> storages;
+  for (size_t i : plain) {
+    own.insert(values[i].node().get());
+    storages.push_back(dsts[i].buffer().storage.get());
+  }
+  // Other lazy readers of the destinations see the old bytes.
+  realize_readers_of(storages, own);
+  std::vector<std::pair<Device, std::vector<size_t>>> groups;
+  for (size_t i : plain) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& x) { return x.first == dsts[i].device(); });
+    if (g == groups.end()) g = groups.insert(groups.end(), {dsts[i].device(), {}});
+    if (!values[i].node()->realized()) g->second.push_back(i);
+  }
+  for (auto& [device, idx] : groups) {
+    if (idx.empty()) continue;
+    std::vector<ir::NodePtr> vs;
+    std::vector<ir::BufferView> into;
+    for (size_t i : idx) {
+      const ir::NodePtr& n = values[i].node();
+      // Only a value no one else can observe may become its destination's
+      // memory: held by this one handle and read only inside these graphs.
+      const bool unshared = values[i].impl_ptr().use_count() == 1 && n.use_count() == 1 + refs[n.get()];
+      vs.push_back(n);
+      into.push_back(unshared ? dsts[i].buffer() : ir::BufferView{});
+    }
+    backend_for(device).realize_into(vs, into);
+  }
+  for (size_t i : plain) {
+    const Tensor& dst = dsts[i];
+    const ir::BufferView& d = dst.buffer();
+    const ir::BufferView& v = *values[i].node()->buffer;
+    if (!(v.storage == d.storage && v.offset == d.offset && v.strides == d.strides))
+      backend_for(dst.device()).copy_into(d, v, dst.dtype(), dst.shape());
+    ++dst.impl_ptr()->writes;
+    d.storage->bump_version();
+  }
+  values.clear();
+}
+
+}  // namespace tessel
