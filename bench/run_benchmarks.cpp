@@ -6,6 +6,7 @@
 //   build-bench/bench/run_benchmarks --quick         # fewer repetitions
 //   build-bench/bench/run_benchmarks --only=fused_chain_16M,compile_latency
 //   build-bench/bench/run_benchmarks --only=lenet_epoch --lenet-images=60000   # LeNet on every image
+//   build-bench/bench/run_benchmarks --only=bandwidth_limit   # the copy/triad bandwidth alone (also run with fused_chain_16M)
 //
 // Steady-state figures run under Google Benchmark with every repetition of
 // every contestant randomly interleaved (so a slow spell on a shared machine
@@ -16,11 +17,20 @@
 #include <cblas.h>
 #include <fmt/format.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_nontemporal_store)
+#define BENCH_HAS_NONTEMPORAL_BUILTIN 1
+#endif
+#endif
 
 #include <cmath>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -35,6 +45,7 @@
 #include "bench/torch_peer.h"
 #include "codegen/backend.h"
 #include "codegen/cpu/cpu_backend.h"
+#include "codegen/cpu/jit_stats.h"
 #include "codegen/cpu/onednn_conv.h"
 #include "dsl/data/dataloader.h"
 #include "dsl/data/fashion_mnist.h"
@@ -174,6 +185,152 @@ void fused_chain(const Config& cfg, const std::string& fig, int64_t rows, int64_
   if (with_prealloc) add(cfg, fig, "libtorch_prealloc", bench::torch_peer::chain_prealloc(fptr(a), fptr(b), fptr(c), fptr(d), n));
   add(cfg, fig, "libtorch_eager", bench::torch_peer::chain_eager_2d(fptr(a), fptr(b), fptr(c), fptr(d), rows, cols));
   keep_chain.push_back(std::move(in));
+}
+
+// ------------------------------------------------------- bandwidth limit
+
+// bandwidth_limit: what one thread of this machine streams, measured in the
+// same run as the memory-bound figures it bounds (interleaved with them by
+// Google Benchmark, so a slow spell hits both). nt_copy: 16M floats copied
+// with non-temporal stores (64 MiB read + 64 MiB written; the destination's
+// lines are not read first, as with the JIT's large elementwise outputs).
+// triad: STREAM's a[i] = b[i] + s*c[i] on 16M floats with ordinary stores
+// (128 MiB read + 64 MiB written; the write-allocate reads of `a` are not
+// counted, as STREAM does not). GB/s with GB = 1e9 bytes. The vector width
+// is picked at run time from the CPU's features, so the binary runs anywhere.
+constexpr int64_t kStreamFloats = int64_t{16} << 20;  // a multiple of 16: no loop tails
+
+struct StreamKernels {
+  const char* how;
+  void (*copy)(const float* __restrict src, float* __restrict dst, int64_t n);
+  void (*triad)(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, int64_t n);
+};
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void nt_copy_avx512(const float* __restrict src, float* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) _mm512_stream_ps(dst + i, _mm512_load_ps(src + i));
+  _mm_sfence();
+}
+__attribute__((target("avx512f"))) void triad_avx512(float* __restrict a, const float* __restrict b,
+                                                     const float* __restrict c, float s, int64_t n) {
+  const __m512 vs = _mm512_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_store_ps(a + i, _mm512_add_ps(_mm512_load_ps(b + i), _mm512_mul_ps(vs, _mm512_load_ps(c + i))));
+}
+__attribute__((target("avx"))) void nt_copy_avx(const float* __restrict src, float* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) _mm256_stream_ps(dst + i, _mm256_load_ps(src + i));
+  _mm_sfence();
+}
+__attribute__((target("avx"))) void triad_avx(float* __restrict a, const float* __restrict b, const float* __restrict c,
+                                              float s, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 8)
+    _mm256_store_ps(a + i, _mm256_add_ps(_mm256_load_ps(b + i), _mm256_mul_ps(vs, _mm256_load_ps(c + i))));
+}
+#endif
+// The baseline every target has: SSE on x86-64 (part of the ABI), elsewhere
+// Clang's portable non-temporal store where the compiler has it, else plain stores.
+void nt_copy_base(const float* __restrict src, float* __restrict dst, int64_t n) {
+#if defined(__x86_64__)
+  for (int64_t i = 0; i < n; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
+  _mm_sfence();
+#elif defined(BENCH_HAS_NONTEMPORAL_BUILTIN)
+  for (int64_t i = 0; i < n; ++i) __builtin_nontemporal_store(src[i], dst + i);
+#else
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+#endif
+}
+void triad_base(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+}
+
+StreamKernels stream_kernels() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return {"AVX-512 (_mm512_stream_ps; triad _mm512_store_ps)", nt_copy_avx512, triad_avx512};
+  if (__builtin_cpu_supports("avx")) return {"AVX (_mm256_stream_ps; triad _mm256_store_ps)", nt_copy_avx, triad_avx};
+  return {"SSE (_mm_stream_ps; triad scalar loop)", nt_copy_base, triad_base};
+#elif defined(BENCH_HAS_NONTEMPORAL_BUILTIN)
+  return {"__builtin_nontemporal_store loop; triad scalar loop", nt_copy_base, triad_base};
+#else
+  return {"plain stores (no non-temporal store on this target); triad scalar loop", nt_copy_base, triad_base};
+#endif
+}
+
+struct StreamBuffers {
+  float *a = nullptr, *b = nullptr, *c = nullptr;
+  ~StreamBuffers() {
+    std::free(a), std::free(b), std::free(c);
+  }
+};
+std::vector<std::unique_ptr<StreamBuffers>> keep_stream;
+
+void bandwidth_limit(const Config& cfg) {
+  const std::string fig = "bandwidth_limit";
+  const int64_t n = kStreamFloats;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  auto buf = std::make_unique<StreamBuffers>();
+  for (float** p : {&buf->a, &buf->b, &buf->c}) {
+    *p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (!*p) throw std::bad_alloc();
+  }
+  for (int64_t i = 0; i < n; ++i) buf->a[i] = 0, buf->b[i] = 1.0f + static_cast<float>(i % 7), buf->c[i] = 0.5f;
+  const StreamKernels k = stream_kernels();
+  float *a = buf->a, *b = buf->b, *c = buf->c;
+  add(cfg, fig, "nt_copy", [k, b, a, n] {
+    k.copy(b, a, n);
+    benchmark::DoNotOptimize(a);
+    benchmark::ClobberMemory();
+  });
+  add(cfg, fig, "triad", [k, a, b, c, n] {
+    k.triad(a, b, c, 3.0f, n);
+    benchmark::DoNotOptimize(a);
+    benchmark::ClobberMemory();
+  });
+  results.note(fig, "how", k.how);
+  results.set(fig, "nt_copy_bytes", 2.0 * static_cast<double>(bytes));
+  results.set(fig, "triad_bytes", 3.0 * static_cast<double>(bytes));
+  keep_stream.push_back(std::move(buf));
+}
+
+// After the run: bandwidth_limit's GB/s, and for each memory-bound figure
+// measured in the same run, each contestant's achieved GB/s (the bytes the
+// figure must move at least, over its median time) and its fraction of the
+// non-temporal copy's bandwidth. vs_bandwidth_limit = the figure's time /
+// the time its bytes take at that bandwidth (1 / fraction_of_bandwidth), so
+// the table prints it like any peer.
+void bandwidth_fractions() {
+  if (!results.numbers.count("bandwidth_limit")) return;
+  auto& bw = results.numbers["bandwidth_limit"];
+  if (!bw.count("nt_copy_ms") || !bw.count("triad_ms")) return;
+  auto gbs = [](double bytes, double ms) { return bytes / (ms * 1e6); };
+  const double copy_gbs = gbs(bw["nt_copy_bytes"], bw["nt_copy_ms"]);
+  const double copy_cpu_gbs = gbs(bw["nt_copy_bytes"], bw["nt_copy_cpu_ms"]);
+  bw["nt_copy_gbs"] = copy_gbs;
+  bw["nt_copy_cpu_gbs"] = copy_cpu_gbs;
+  bw["triad_gbs"] = gbs(bw["triad_bytes"], bw["triad_ms"]);
+  bw["triad_cpu_gbs"] = gbs(bw["triad_bytes"], bw["triad_cpu_ms"]);
+  const double f32 = static_cast<double>(sizeof(float));
+  // fused_chain_16M: relu(a*b+c)*d reads 4 arrays and writes 1.
+  const std::vector<std::pair<std::string, double>> memory_bound = {
+      {"fused_chain_16M", 5 * f32 * static_cast<double>(kStreamFloats)}};
+  for (auto& [fig, bytes] : memory_bound) {
+    if (!results.numbers.count(fig)) continue;
+    auto& kv = results.numbers[fig];
+    if (!kv.count("tessel_ms")) continue;
+    kv["bytes"] = bytes;
+    kv["bandwidth_limit_ms"] = bytes / (copy_gbs * 1e6);
+    kv["bandwidth_limit_cpu_ms"] = bytes / (copy_cpu_gbs * 1e6);
+    for (const std::string who : {"tessel", "tessel_ref", "hand", "libtorch_prealloc", "libtorch_eager"}) {
+      if (!kv.count(who + "_ms")) continue;
+      kv[who + "_gbs"] = gbs(bytes, kv[who + "_ms"]);
+      kv[who == "tessel" ? std::string("fraction_of_bandwidth") : who + "_fraction_of_bandwidth"] =
+          kv[who + "_gbs"] / copy_gbs;
+    }
+    kv["vs_bandwidth_limit"] = kv["tessel_ms"] / kv["bandwidth_limit_ms"];
+    if (kv.count("tessel_ref_ms")) kv["ref_vs_bandwidth_limit"] = kv["tessel_ref_ms"] / kv["bandwidth_limit_ms"];
+    if (kv.count("tessel_cpu_ms")) kv["cpu_vs_bandwidth_limit"] = kv["tessel_cpu_ms"] / kv["bandwidth_limit_cpu_ms"];
+  }
 }
 
 nn::Sequential make_mlp(int64_t in, int64_t hidden, int64_t out) {
@@ -667,6 +824,139 @@ void compile_latency() {
   if (!hits.empty()) results.set(fig, "hit_median_ms", bench::median(hits));
 }
 
+// ------------------------------------------------------- first training step
+
+// first_step_ms: the first training step of the train_step_b256 MLP (batch
+// 256, cross_entropy, zero_grad, backward, SGD lr 0.1, realize of the loss and
+// the new weights) in a fresh process whose kernel cache is an empty temporary
+// folder (TESSEL_CACHE_DIR) with no ahead-of-time kernels (TESSEL_PRECOMPILED=off),
+// so every kernel of the step is JIT-compiled, against a steady step of the same
+// process (median of steps 10..30). The model and the batch are made first, as a
+// program would, on the same backend: that starts the JIT and compiles the init's
+// kernels (init_kernels_compiled) before step 1. Median of 3 processes (1 with
+// --quick); one more process with TESSEL_TRACE=jit gives each compiled kernel's
+// LLVM time (the trace's own output would disturb the timed processes).
+int first_step_child() {
+  if (!jit_backend()) return 1;
+  BackendOverride o(*jit_backend());
+  const int64_t B = 256;
+  manual_seed(0);
+  nn::Sequential net = make_mlp(784, 256, 10);
+  manual_seed(1);
+  Tensor x = realized_rand({B, 784});
+  std::vector<int64_t> labels(B);
+  std::mt19937 r(0);
+  for (auto& l : labels) l = static_cast<int64_t>(r() % 10);
+  Tensor y = from_vector<int64_t>(labels, Shape{B});
+  auto params = net->parameters();
+  for (auto& p : params) p.eval();
+  optim::SGD opt(params, optim::SGDOptions{.lr = 0.1});
+  auto step = [&] {
+    Tensor loss = cross_entropy(net(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    std::vector<Tensor> outs{loss};
+    for (auto& p : params) outs.push_back(p);
+    realize(outs);
+  };
+  const CpuJitStats s0 = cpu_jit_stats();
+  std::fprintf(stderr, "first_step_child: step 1 begins\n");
+  double t0 = bench::now_ms(), c0 = bench::thread_cpu_ms();
+  step();
+  const double first = bench::now_ms() - t0, first_cpu = bench::thread_cpu_ms() - c0;
+  std::fprintf(stderr, "first_step_child: step 1 ends\n");
+  const CpuJitStats s1 = cpu_jit_stats();
+  std::vector<double> steady, steady_cpu;
+  for (int i = 2; i <= 30; ++i) {
+    double t = bench::now_ms(), c = bench::thread_cpu_ms();
+    step();
+    if (i >= 10) steady.push_back(bench::now_ms() - t), steady_cpu.push_back(bench::thread_cpu_ms() - c);
+  }
+  std::printf("first_step_child first_ms=%.6f first_cpu_ms=%.6f steady_ms=%.6f steady_cpu_ms=%.6f compiled=%llu "
+              "from_disk=%llu llvm_ms=%.6f init_compiled=%llu\n",
+              first, first_cpu, bench::median(steady), bench::median(steady_cpu),
+              static_cast<unsigned long long>(s1.kernels_compiled - s0.kernels_compiled),
+              static_cast<unsigned long long>(s1.kernels_from_disk - s0.kernels_from_disk), s1.compile_ms - s0.compile_ms,
+              static_cast<unsigned long long>(s0.kernels_compiled));
+  std::fflush(stdout);
+  return 0;
+}
+
+void first_step_figure(const Config& cfg) {
+  const std::string fig = "first_step_ms";
+  if (!jit_backend()) {
+    results.note(fig, "skipped", "built without LLVM: no compiled backend");
+    return;
+  }
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  // One child in a fresh, empty cache folder, removed afterwards; returns its output.
+  auto run_child = [&](const std::string& extra_env) {
+    char tmpl[] = "/tmp/tessel-first-step-XXXXXX";
+    if (!mkdtemp(tmpl)) return std::string();
+    const std::string cmd = fmt::format("TESSEL_CACHE_DIR='{}' TESSEL_PRECOMPILED=off {} '{}' --first-step-child 2>&1",
+                                        tmpl, extra_env, exe);
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      pclose(p);
+    }
+    std::filesystem::remove_all(tmpl);
+    return out;
+  };
+  std::vector<double> first, first_cpu, steady, steady_cpu, compiled, llvm;
+  double from_disk = 0, init_compiled = 0;
+  for (int i = 0; i < (cfg.quick ? 1 : 3); ++i) {
+    const std::string out = run_child("");
+    const size_t at = out.find("first_step_child first_ms=");
+    double f = -1, fc = 0, st = 0, stc = 0, ms = 0;
+    unsigned long long nc = 0, nd = 0, ni = 0;
+    if (at == std::string::npos ||
+        std::sscanf(out.c_str() + at,
+                    "first_step_child first_ms=%lf first_cpu_ms=%lf steady_ms=%lf steady_cpu_ms=%lf compiled=%llu "
+                    "from_disk=%llu llvm_ms=%lf init_compiled=%llu",
+                    &f, &fc, &st, &stc, &nc, &nd, &ms, &ni) != 8) {
+      results.note(fig, "error", "the child process printed no result: " + out.substr(0, 400));
+      return;
+    }
+    first.push_back(f), first_cpu.push_back(fc), steady.push_back(st), steady_cpu.push_back(stc);
+    compiled.push_back(static_cast<double>(nc)), llvm.push_back(ms);
+    from_disk = std::max(from_disk, static_cast<double>(nd));  // must stay 0: the cache was empty
+    init_compiled = static_cast<double>(ni);
+  }
+  results.set(fig, "first_step_ms", bench::median(first));
+  results.set(fig, "first_step_cpu_ms", bench::median(first_cpu));
+  results.set(fig, "steady_step_ms", bench::median(steady));
+  results.set(fig, "steady_step_cpu_ms", bench::median(steady_cpu));
+  results.set(fig, "first_vs_steady", bench::median(first) / bench::median(steady));
+  results.set(fig, "cpu_first_vs_steady", bench::median(first_cpu) / bench::median(steady_cpu));
+  results.set(fig, "kernels_compiled", bench::median(compiled));
+  results.set(fig, "kernels_from_disk", from_disk);
+  results.set(fig, "init_kernels_compiled", init_compiled);
+  results.set(fig, "llvm_compile_ms", bench::median(llvm));  // LLVM's time in step 1, all its kernels
+  results.set(fig, "processes", static_cast<double>(first.size()));
+  results.note(fig, "tessel_backend", "cpu");
+  // Per kernel: the "compiled (compile X ms" trace lines between the child's step-1 markers.
+  const std::string traced = run_child("TESSEL_TRACE=jit");
+  const size_t b = traced.find("first_step_child: step 1 begins"), e = traced.find("first_step_child: step 1 ends");
+  std::vector<double> per_kernel;
+  if (b != std::string::npos && e != std::string::npos) {
+    std::istringstream lines(traced.substr(b, e - b));
+    for (std::string line; std::getline(lines, line);) {
+      const size_t k = line.find(": compiled (compile ");
+      if (line.rfind("[tessel:jit] kernel ", 0) == 0 && k != std::string::npos)
+        per_kernel.push_back(std::atof(line.c_str() + k + std::strlen(": compiled (compile ")));
+    }
+  }
+  if (!per_kernel.empty()) {
+    results.set(fig, "llvm_compile_median_ms", bench::median(per_kernel));
+    results.set(fig, "traced_kernels", static_cast<double>(per_kernel.size()));
+  } else {
+    results.note(fig, "llvm_compile_median_note", "no per-kernel compile lines in the TESSEL_TRACE=jit child's output");
+  }
+}
+
 // ----------------------------------------------------------- training epochs
 
 // The epoch figures' timing: the first epoch of each (warm-up; its loss kept),
@@ -897,7 +1187,8 @@ void lenet_epoch(const Config& cfg) {
 // ------------------------------------------------ PyPI peers (python_peers/)
 
 // PyTorch 2.x eager (torch2_eager) and torch.compile (torch_compile), JAX
-// (jax) and tinygrad (tinygrad), from PyPI: bench/python_peers/peers.py, run
+// (jax), tinygrad (tinygrad) and PyTorch DDP over gloo (torch2_ddp, for
+// ddp_fashion_epoch), from PyPI: bench/python_peers/peers.py, run
 // once after tessel's own rows with the bench venv's interpreter
 // ($TESSEL_BENCH_PYENV, default ~/.cache/tessel-bench-pyenv; made by
 // scripts/setup-deps.sh --bench). Its numbers (<peer>_ms, <peer>_cpu_ms:
@@ -906,13 +1197,15 @@ void lenet_epoch(const Config& cfg) {
 // tessel against each of them. A peer that is not installed or fails is
 // noted (<peer>_missing, <peer>_error) and printed under the table, never
 // timed. TESSEL_BENCH_PYTHON_PEERS=0 skips the whole step.
-const std::vector<std::string> kPythonPeers = {"torch2_eager", "torch_compile", "jax", "tinygrad"};
+const std::vector<std::string> kPythonPeers = {"torch2_eager", "torch_compile", "jax", "tinygrad", "torch2_ddp"};
 const std::vector<std::pair<std::string, std::vector<std::string>>> kPythonPeerFigures = {
     {"attention_fwd_bwd", {"torch2_eager", "torch_compile", "jax", "tinygrad"}},
-    {"train_step_b256", {"torch2_eager", "torch_compile"}},
-    {"fashion_epoch", {"torch2_eager", "torch_compile"}},
+    {"train_step_b256", {"torch2_eager", "torch_compile", "jax"}},
+    {"fashion_epoch", {"torch2_eager", "torch_compile", "jax"}},
     {"lenet_epoch", {"torch2_eager", "torch_compile"}},
     {"gpt_train_step", {"torch2_eager", "torch_compile"}},
+    // torch2_ddp: samples/s of 1 plain and 2 DDP processes (ddp_peer_ratios compares them).
+    {"ddp_fashion_epoch", {"torch2_ddp"}},
 };
 const char* const kPythonPeerMissing = "missing (not installed: run scripts/setup-deps.sh --bench)";
 std::string python_peers_versions;  // "torch 2.x, jax ..., tinygrad ..." from peers.py's _meta
@@ -1033,27 +1326,94 @@ const std::vector<Goal> kGoals = {
     {"fused_chain_16M", "vs_hand", 1.10, "<= 1.10x hand loop"},
     {"fused_chain_16M", "vs_libtorch_prealloc", 0.5, ">= 2x faster than LibTorch prealloc"},
     {"fused_chain_16M", "vs_libtorch_eager", 0.02, ">= 50x faster than LibTorch eager"},
+    // vs_bandwidth_limit = 1 / fraction_of_bandwidth: >= 0.9 of the non-temporal copy's GB/s.
+    {"fused_chain_16M", "vs_bandwidth_limit", 1 / 0.9, ">= 0.9 of the bandwidth limit"},
     {"tiny_chain_dispatch", "vs_libtorch_eager", 0.2, "<= 0.2x LibTorch eager"},
     {"mlp_forward_b1024", "vs_hand", 1.05, "<= 1.05x sgemm + fused loop"},
     {"compile_latency", "median_ms", 10, "<= 10 ms per kernel"},
     {"compile_latency", "hit_median_ms", 1, "<= 1 ms per disk hit"},
+    {"first_step_ms", "first_vs_steady", 3.0, "first step <= 3x a steady step"},
     {"train_step_b256", "vs_hand", 1.05, "<= 1.05x hand OpenBLAS step"},
     {"train_step_b256", "vs_libtorch", 1 / 1.15, ">= 1.15x faster than LibTorch"},
+    {"train_step_b256", "vs_jax", 1.0, "faster than JAX"},
     {"fashion_epoch", "vs_libtorch", 1 / 1.2, ">= 1.2x faster than LibTorch"},
+    {"fashion_epoch", "vs_jax", 1.0, "faster than JAX"},
     {"lenet_epoch", "vs_libtorch", 1 / 1.2, ">= 1.2x faster than LibTorch"},
     {"embedding_b4096", "vs_libtorch", 1.0, "faster than LibTorch"},
     {"attention_fwd_bwd", "vs_libtorch", 1.0, "faster than LibTorch"},
     {"attention_fwd_bwd", "vs_torch_compile", 1.0, "no slower than torch.compile"},
     {"gpt_train_step", "vs_libtorch", 1.0, "faster than LibTorch"},
     {"gpt_train_step", "vs_torch_compile", 1.0, "no slower than torch.compile"},
+    {"ddp_fashion_epoch", "vs_torch2_ddp", 1.0, ">= PyTorch DDP's 2-process samples/s"},
 };
 
+// Under the table: the quantities of the bandwidth, first-step and DDP rows
+// that are not times.
+void print_figure_notes() {
+  auto& N = results.numbers;
+  auto num = [&](const std::string& fig, const std::string& k) {
+    return N.count(fig) && N[fig].count(k) ? std::optional<double>(N[fig][k]) : std::nullopt;
+  };
+  if (auto copy = num("bandwidth_limit", "nt_copy_gbs")) {
+    fmt::print("\nbandwidth_limit (1 thread, same run): non-temporal copy {:.2f} GB/s, STREAM triad {:.2f} GB/s ({})\n",
+               *copy, num("bandwidth_limit", "triad_gbs").value_or(0), results.notes["bandwidth_limit"]["how"]);
+    for (const std::string fig : {"fused_chain_16M"}) {
+      if (!num(fig, "fraction_of_bandwidth")) continue;
+      std::string line = fmt::format("  {} ({:.0f} MiB per call): tessel {:.2f} GB/s = {:.3f} of the copy bandwidth", fig,
+                                     *num(fig, "bytes") / (1 << 20), *num(fig, "tessel_gbs"),
+                                     *num(fig, "fraction_of_bandwidth"));
+      for (const std::string who : {"hand", "libtorch_prealloc", "libtorch_eager", "tessel_ref"})
+        if (auto f = num(fig, who + "_fraction_of_bandwidth"))
+          line += fmt::format("; {} {:.2f} GB/s ({:.3f})", who, *num(fig, who + "_gbs"), *f);
+      fmt::print("{}\n", line);
+    }
+  }
+  if (auto first = num("first_step_ms", "first_step_ms")) {
+    fmt::print("\nfirst_step_ms (fresh process, empty kernel cache, median of {:.0f}): first step {:.1f} ms, steady step "
+               "{:.2f} ms ({:.1f}x); {:.0f} kernels compiled in step 1 ({:.0f} from disk), LLVM {:.1f} ms in all",
+               num("first_step_ms", "processes").value_or(0), *first, *num("first_step_ms", "steady_step_ms"),
+               *num("first_step_ms", "first_vs_steady"), *num("first_step_ms", "kernels_compiled"),
+               *num("first_step_ms", "kernels_from_disk"), *num("first_step_ms", "llvm_compile_ms"));
+    if (auto med = num("first_step_ms", "llvm_compile_median_ms")) fmt::print(", median {:.2f} ms per kernel", *med);
+    fmt::print("; the model's init compiled {:.0f} before\n", num("first_step_ms", "init_kernels_compiled").value_or(0));
+  }
+  if (results.notes.count("first_step_ms") && results.notes["first_step_ms"].count("error"))
+    fmt::print("\nfirst_step_ms: failed: {}\n", results.notes["first_step_ms"]["error"]);
+  if (N.count("ddp_fashion_epoch")) {
+    auto sps = [&](const std::string& prefix) {
+      auto one = num("ddp_fashion_epoch", prefix + "samples_per_s_1proc");
+      auto two = num("ddp_fashion_epoch", prefix + "samples_per_s_2proc");
+      auto eff = num("ddp_fashion_epoch", prefix + "scaling_efficiency");
+      auto f = [](std::optional<double> v, int digits) {
+        return v ? fmt::format("{:.{}f}", *v, digits) : std::string("-");
+      };
+      return fmt::format("1 process {} samples/s, 2 processes {} samples/s, scaling efficiency {}", f(one, 0),
+                         f(two, 0), f(eff, 3));
+    };
+    fmt::print("\nddp_fashion_epoch: tessel {}\n", sps(""));
+    if (num("ddp_fashion_epoch", "torch2_ddp_samples_per_s_1proc"))
+      fmt::print("ddp_fashion_epoch: torch2_ddp {} (1 process: the plain model)\n", sps("torch2_ddp_"));
+  }
+}
+
+// ddp_fashion_epoch against torch2_ddp: tessel time / torch time for the same
+// samples, i.e. torch's samples/s over tessel's (below 1: tessel faster).
+void ddp_peer_ratios() {
+  if (!results.numbers.count("ddp_fashion_epoch")) return;
+  auto& kv = results.numbers["ddp_fashion_epoch"];
+  for (int world : {1, 2}) {
+    const std::string t = fmt::format("samples_per_s_{}proc", world), p = "torch2_ddp_" + t;
+    if (kv.count(t) && kv.count(p) && kv[t] > 0) kv[world == 2 ? "vs_torch2_ddp" : "vs_torch2_ddp_1proc"] = kv[p] / kv[t];
+  }
+}
+
 void write_outputs(const Config& cfg) {
-  const std::vector<std::string> order = {"fused_chain_16M", "tiny_chain_dispatch", "mlp_forward_b1024",
-                                          "compile_latency",  "train_step_b256",     "fashion_epoch",
-                                          "conv2d_fwd",       "conv2d_fwd_bwd",      "lenet_epoch",
-                                          "embedding_b4096",  "attention_fwd_bwd",   "attention_memory",
-                                          "gpt_train_step"};
+  const std::vector<std::string> order = {"bandwidth_limit",  "fused_chain_16M",   "tiny_chain_dispatch",
+                                          "mlp_forward_b1024", "compile_latency",   "first_step_ms",
+                                          "train_step_b256",  "fashion_epoch",     "conv2d_fwd",
+                                          "conv2d_fwd_bwd",   "lenet_epoch",       "embedding_b4096",
+                                          "attention_fwd_bwd", "attention_memory", "gpt_train_step",
+                                          "ddp_fashion_epoch"};
   nlohmann::json j = nlohmann::json::object();
   for (auto& [fig, kv] : results.numbers)
     for (auto& [k, v] : kv) j[fig][k] = v;
@@ -1076,6 +1436,34 @@ void write_outputs(const Config& cfg) {
           return kv.count(key) ? fmt::format("{} [{}]", g.text, kv[key] <= g.limit ? "met" : "NOT met") : g.text;
       return "";
     };
+    if (fig == "bandwidth_limit") {  // the machine's limit: GB/s in the goal column
+      for (const std::string who : {"nt_copy", "triad"})
+        if (kv.count(who + "_ms"))
+          fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10} {:>10}  {}\n", fig, who, "-", get(who + "_ms"), "-",
+                     "-", "-", fmt::format("{:.1f} GB/s ({:.0f} MiB moved)", kv[who + "_gbs"],
+                                           kv[who + "_bytes"] / (1 << 20)));
+      continue;
+    }
+    if (fig == "first_step_ms") {  // first step against a steady step of the same fresh process
+      if (kv.count("first_step_ms"))
+        fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10} {:>10}  {}\n", fig + " (cpu)", "steady step",
+                   get("first_step_ms"), get("steady_step_ms"), get("first_vs_steady"), get("cpu_first_vs_steady"), "-",
+                   goal_for("first_vs_steady"));
+      continue;
+    }
+    if (fig == "ddp_fashion_epoch") {  // epoch ms of 1 and 2 processes; the ratio from samples/s
+      for (int world : {1, 2}) {
+        const std::string w = fmt::format("{}proc", world);
+        auto epoch_ms = [&](const std::string& k) {
+          return kv.count(k) ? fmt::format("{:.4g}", kv[k] * 1e3) : std::string("-");
+        };
+        const std::string key = world == 2 ? "vs_torch2_ddp" : "vs_torch2_ddp_1proc";
+        fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10} {:>10}  {}\n", fig, fmt::format("torch2_ddp {} proc", world),
+                   epoch_ms("epoch_seconds_" + w), epoch_ms("torch2_ddp_epoch_seconds_" + w), get(key), "-", "-",
+                   world == 2 ? goal_for(key) : "1 process: no DDP on the PyTorch side");
+      }
+      continue;
+    }
     if (fig == "compile_latency") {
       fmt::print("{:<26} {:<18} {:>11} {:>11} {:>10} {:>10} {:>10}  {}\n", fig, "compile (median)", get("median_ms"),
                  "-", "-", "-", "-", goal_for("median_ms"));
@@ -1112,6 +1500,7 @@ void write_outputs(const Config& cfg) {
   }
   fmt::print("\nratio = tessel wall time / peer wall time (below 1: tessel faster); cpu ratio: the same from CPU time;\n"
              "ref ratio: wall-time ratio of the ref interpreter. Goals are judged on the wall-time ratio.\n");
+  print_figure_notes();
   fmt::print("results: {}\n", cfg.out.string());
 }
 
@@ -1170,6 +1559,7 @@ int main(int argc, char** argv) {
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   bench::torch_peer::use_one_thread();
   if (argc > 1 && std::string(argv[1]) == "--compile-child") return compile_child();
+  if (argc > 1 && std::string(argv[1]) == "--first-step-child") return first_step_child();
   if (argc > 3 && std::string(argv[1]) == "--attention-memory-child")
     return attention_memory_child(std::stoll(argv[2]), std::string(argv[3]) == "1");
 
@@ -1206,7 +1596,10 @@ int main(int argc, char** argv) {
 
   // One-shot figures first: compile latency wants a JIT that has compiled nothing yet.
   if (cfg.wants("compile_latency")) compile_latency();
+  if (cfg.wants("first_step_ms")) first_step_figure(cfg);  // fresh processes, empty caches
   if (cfg.wants("fused_chain_16M")) fused_chain(cfg, "fused_chain_16M", 1, int64_t{16} << 20, true, true);
+  // The machine's streaming limit, in the same run as the figures it bounds.
+  if (cfg.wants("fused_chain_16M") || cfg.wants("bandwidth_limit")) bandwidth_limit(cfg);
   if (cfg.wants("tiny_chain_dispatch")) fused_chain(cfg, "tiny_chain_dispatch", 2, 20, false, false);
   if (cfg.wants("mlp_forward_b1024")) mlp_forward(cfg);
   if (cfg.wants("train_step_b256")) train_step(cfg);
@@ -1216,7 +1609,8 @@ int main(int argc, char** argv) {
   if (cfg.wants("attention_memory")) attention_memory();
   if (cfg.wants("gpt_train_step")) gpt_figure(cfg);
   Collector collector;
-  if (cfg.wants("fused_chain_16M") || cfg.wants("tiny_chain_dispatch") || cfg.wants("mlp_forward_b1024") ||
+  if (cfg.wants("fused_chain_16M") || cfg.wants("bandwidth_limit") || cfg.wants("tiny_chain_dispatch") ||
+      cfg.wants("mlp_forward_b1024") ||
       cfg.wants("train_step_b256") || cfg.wants("conv2d_fwd") || cfg.wants("conv2d_fwd_bwd") ||
       cfg.wants("embedding_b4096") || cfg.wants("attention_fwd_bwd") || cfg.wants("gpt_train_step"))
     benchmark::RunSpecifiedBenchmarks(&collector);
@@ -1240,6 +1634,8 @@ int main(int argc, char** argv) {
         if (kv.count(p + "_cpu_ms") && kv[p + "_cpu_ms"] > 0) kv["cpu_vs_" + p] = kv["tessel_cpu_ms"] / kv[p + "_cpu_ms"];
   }
   python_peer_ratios();
+  ddp_peer_ratios();
+  bandwidth_fractions();
   write_outputs(cfg);
   print_python_peer_notes(cfg);
   std::filesystem::remove_all(tmpl);

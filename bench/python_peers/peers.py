@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The PyPI peers of tessel's benchmark figures: PyTorch 2.x eager and
-torch.compile, JAX (jit) and tinygrad, all on the CPU with one thread.
+torch.compile, JAX (jit) and tinygrad, all on the CPU with one thread, and
+PyTorch DDP (torch2_ddp: 1 and 2 processes of one thread each).
 
 Run with the bench venv's interpreter (scripts/setup-deps.sh --bench makes it,
 at $TESSEL_BENCH_PYENV, default ~/.cache/tessel-bench-pyenv):
 
     ~/.cache/tessel-bench-pyenv/bin/python bench/python_peers/peers.py --only=attention_fwd_bwd
     ... peers.py --quick --only=train_step_b256,fashion_epoch,lenet_epoch,gpt_train_step
+    ... peers.py --only=ddp_fashion_epoch      # PyTorch DDP, 1 and 2 processes
 
 bench/run_benchmarks runs it once after its own rows and merges what it prints.
 Prints one JSON object on stdout, keyed by figure:
@@ -36,7 +38,9 @@ import json
 import math
 import os
 import random
+import socket
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -55,7 +59,12 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-FIGURES = ["attention_fwd_bwd", "train_step_b256", "fashion_epoch", "lenet_epoch", "gpt_train_step"]
+FIGURES = ["attention_fwd_bwd", "train_step_b256", "fashion_epoch", "lenet_epoch", "gpt_train_step",
+           "ddp_fashion_epoch"]
+PEERS = ("torch2_eager", "torch_compile", "jax", "tinygrad", "torch2_ddp")
+# A DDP rank (this script started again by ddp_fashion_epoch) needs torch alone:
+# importing JAX and tinygrad in every rank would only slow its start.
+DDP_CHILD = "--ddp-child" in sys.argv
 MISSING = "missing (not installed: run scripts/setup-deps.sh --bench)"
 
 
@@ -79,8 +88,17 @@ try:
     torch.set_num_interop_threads(1)
     versions["torch"] = torch.__version__
 except Exception as e:  # noqa: BLE001
-    missing["torch2_eager"] = missing["torch_compile"] = f"{MISSING}; {short(e)}"
+    missing["torch2_eager"] = missing["torch_compile"] = missing["torch2_ddp"] = f"{MISSING}; {short(e)}"
+if torch is not None:
+    try:
+        import torch.distributed as dist
+        if not dist.is_available() or not dist.is_gloo_available():
+            raise ImportError("torch.distributed with gloo is not available in this build")
+    except Exception as e:  # noqa: BLE001
+        missing["torch2_ddp"] = f"{MISSING}; {short(e)}"
 try:
+    if DDP_CHILD:
+        raise ImportError("not needed in a DDP rank")
     import jax
     import jax.numpy as jnp
     jax.config.update("jax_platforms", "cpu")
@@ -90,6 +108,8 @@ try:
 except Exception as e:  # noqa: BLE001
     missing["jax"] = f"{MISSING}; {short(e)}"
 try:
+    if DDP_CHILD:
+        raise ImportError("not needed in a DDP rank")
     import tinygrad as tg
     from tinygrad import Tensor as TgTensor, TinyJit, Device
     versions["tinygrad_device"] = f"{Device.DEFAULT} ({type(Device[Device.DEFAULT].renderer).__name__})"
@@ -307,6 +327,50 @@ def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
 
 
+def _mlp_init(seed):
+    """The MLP's initial (w1 [256, 784], b1, w2 [10, 256], b2) as numpy arrays:
+    the torch peers' weights (nn.Linear's default init after
+    torch.manual_seed(seed)) when torch imports, so the JAX row starts from
+    the same point and its first loss can be checked; else the same
+    distribution (uniform, bound 1/sqrt(fan_in)) from numpy."""
+    if torch is not None:
+        torch.manual_seed(seed)
+        return [p.detach().numpy().copy() for p in _mlp().parameters()]
+    rng = np.random.default_rng(seed)
+    out = []
+    for fan_in, fan_out in ((784, 256), (256, 10)):
+        bound = 1 / math.sqrt(fan_in)
+        out += [rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32),
+                rng.uniform(-bound, bound, fan_out).astype(np.float32)]
+    return out
+
+
+# JAX rows: the whole step (value_and_grad and the SGD update) is one
+# jax.jit with the parameters donated, so XLA may update them in place.
+# Weights are kept [in, out] (x @ w), the layout a JAX model stores.
+JAX_HOW = ("jax.jit(value_and_grad(cross_entropy(mlp)) + SGD(lr=0.1) update, params donated), "
+           "block_until_ready; weights " + ("copied from torch's init" if torch is not None else
+                                            "drawn by numpy as nn.Linear's default init (torch not importable)"))
+
+
+def _jax_params(seed):
+    w1, b1, w2, b2 = _mlp_init(seed)
+    # Copies owned by XLA (a numpy-backed array cannot be donated).
+    return tuple(jnp.array(a, copy=True) for a in (w1.T, b1, w2.T, b2))
+
+
+def _jax_loss(p, x, y):
+    """Mean cross entropy of the MLP's logits; the logits as aux."""
+    w1, b1, w2, b2 = p
+    z = jnp.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(z), y[:, None], axis=1)), z
+
+
+def _jax_sgd(p, x, y, lr):
+    (loss, z), g = jax.value_and_grad(_jax_loss, has_aux=True)(p, x, y)
+    return tuple(a - lr * b for a, b in zip(p, g)), loss, z
+
+
 def _compiled_sgd_step(model, opt, compiled):
     """loss = cross_entropy(model(x), y); zero_grad; backward; step. With
     `compiled`: the model and loss under torch.compile (its backward compiled
@@ -321,7 +385,7 @@ def train_step_b256(args, timer):
     """Sequential(Linear(784,256), ReLU, Linear(256,10)), batch 256, f32 inputs
     uniform in [0, 1), labels in 0..9: cross_entropy, zero_grad, backward,
     SGD(lr=0.1).step() (eager: the new weights exist when it returns)."""
-    fig = Figure("train_step_b256", ["torch2_eager", "torch_compile"])
+    fig = Figure("train_step_b256", ["torch2_eager", "torch_compile", "jax"])
     B = 256
     rng = np.random.default_rng(1)
     xn = rng.random((B, 784), dtype=np.float32)
@@ -356,6 +420,22 @@ def train_step_b256(args, timer):
             fig.check("torch_compile", got, ref)  # the first step's loss, same weights
             return call
         fig.build("torch_compile", COMPILE_HOW, make)
+    if fig.wanted("jax"):
+        def make():
+            step = jax.jit(lambda p, x, y: _jax_sgd(p, x, y, 0.1)[:2], donate_argnums=0)
+            x, y = jnp.asarray(xn), jnp.asarray(yn.astype(np.int32))
+            state = [_jax_params(0)]
+
+            def call():
+                state[0], loss = step(state[0], x, y)
+                jax.block_until_ready((state[0], loss))
+                return loss
+            t0 = time.perf_counter()
+            first = float(call())  # compiles: excluded from the timings, reported apart
+            fig.res["jax_compile_ms"] = (time.perf_counter() - t0) * 1e3
+            fig.check("jax", [np.array([first])], ref)  # the first step's loss, same weights and batch
+            return call
+        fig.build("jax", JAX_HOW, make)
     return fig.timed(timer)
 
 
@@ -410,10 +490,49 @@ def _sgd_epoch(model, X, Y, batch, lr, seed, compiled):
     return epoch
 
 
-def epoch_figure(name, args, make_model, X, Y, extra):
-    fig = Figure(name, ["torch2_eager", "torch_compile"])
+def _jax_sgd_epoch(X, Y, batch, lr, seed):
+    """The per-batch work of _sgd_epoch in JAX: one jitted step per batch
+    that gathers the batch from the device-resident data set (as
+    index_select), runs forward, cross entropy, gradients and the SGD update
+    (parameters donated) and returns the loss and the number of correct
+    argmaxes; both are read back per batch (loss.item(), accuracy). The order
+    is torch's randperm with the same generator seed when torch imports (the
+    same batches as torch2_eager), else numpy's permutation. Both batch
+    shapes (256 and the partial last one) are compiled here, before any
+    epoch: returns (epoch, compile ms)."""
+    n = X.shape[0]
+    Xd, Yd = jnp.asarray(X.reshape(n, -1)), jnp.asarray(Y.astype(np.int32))
+
+    def step(p, X, Y, idx):
+        xb, yb = jnp.take(X, idx, axis=0), jnp.take(Y, idx, axis=0)
+        p, loss, z = _jax_sgd(p, xb, yb, lr)
+        return p, loss, jnp.sum(jnp.argmax(z, axis=1) == yb)
+    step = jax.jit(step, donate_argnums=0)
+    t0 = time.perf_counter()
+    for size in sorted({batch, n % batch} - {0}):
+        jax.block_until_ready(step(_jax_params(seed), Xd, Yd, np.arange(size, dtype=np.int32)))
+    compile_ms = (time.perf_counter() - t0) * 1e3
+    state = [_jax_params(seed)]
+    gen = torch.Generator().manual_seed(seed) if torch is not None else None
+    rng = np.random.default_rng(seed)
+
+    def epoch():
+        order = (torch.randperm(n, generator=gen).numpy() if gen is not None else rng.permutation(n)).astype(np.int32)
+        total = correct = 0.0
+        for s in range(0, n, batch):
+            idx = order[s:s + batch]
+            state[0], loss, c = step(state[0], Xd, Yd, idx)
+            total += float(loss) * idx.shape[0]
+            correct += float(c)
+        return total / n
+    return epoch, compile_ms
+
+
+def epoch_figure(name, args, make_model, X, Y, extra, jax_epoch=False):
+    """torch2_eager and torch_compile rows of an epoch figure (make_model()
+    builds the torch model), and with jax_epoch a JAX row of the MLP."""
+    fig = Figure(name, ["torch2_eager", "torch_compile"] + (["jax"] if jax_epoch else []))
     fig.res.update(extra)
-    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
     epochs = {}
     for peer, compiled, how in (("torch2_eager", False, "eager"),
                                 ("torch_compile", True, COMPILE_HOW + "; two warm epochs")):
@@ -421,10 +540,19 @@ def epoch_figure(name, args, make_model, X, Y, extra):
             continue
         try:
             model = make_model()
-            epochs[peer] = _sgd_epoch(model, Xt, Yt, 256, 0.1, 0, compiled)
+            epochs[peer] = _sgd_epoch(model, torch.from_numpy(X), torch.from_numpy(Y), 256, 0.1, 0, compiled)
             fig.res[peer + "_how"] = how
         except Exception as e:  # noqa: BLE001
             fig.res[peer + "_error"] = short(e)
+    if fig.wanted("jax"):
+        try:
+            epochs["jax"], fig.res["jax_compile_ms"] = _jax_sgd_epoch(X, Y, 256, 0.1, 0)
+            fig.res["jax_how"] = (JAX_HOW + "; batch gathered on the device, loss and correct count read back per "
+                                  "batch; both batch shapes compiled before the warm epoch (jax_compile_ms)")
+        except Exception as e:  # noqa: BLE001
+            log(f"{name}: jax failed: {short(e)}")
+            traceback.print_exc(file=sys.stderr)
+            fig.res["jax_error"] = short(e)
     # torch.compile: the full batches and the partial last one are two shapes
     # (the second recompiles, possibly with a dynamic batch): both in warm epochs.
     ok = {}
@@ -437,10 +565,15 @@ def epoch_figure(name, args, make_model, X, Y, extra):
         except Exception as e:  # noqa: BLE001
             log(f"{name}: {peer} failed: {short(e)}")
             fig.res[peer + "_error"] = short(e)
+    # Same weights, same batches in the same order: the first epochs' mean losses agree to rounding.
+    ref = fig.res.get("torch2_eager_epoch1_loss")
+    for peer in ok:
+        if peer != "torch2_eager" and ref is not None:
+            fig.res[f"check_{peer}_epoch1_loss_diff"] = abs(fig.res[peer + "_epoch1_loss"] - ref)
     if not ok:
         return fig.res
     rounds = 2 if args.quick else 4
-    res = time_epochs(ok, rounds, warm={"torch_compile": 1, "torch2_eager": 0})
+    res = time_epochs(ok, rounds, warm={"torch_compile": 1, "torch2_eager": 0, "jax": 0})
     for peer in ok:
         fig.res[peer + "_ms"], fig.res[peer + "_cpu_ms"] = res[peer]
     fig.res["pypi_epochs_timed"] = rounds
@@ -455,7 +588,7 @@ def fashion_epoch(args, timer):
     def make():
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Flatten(), _mlp())
-    return epoch_figure("fashion_epoch", args, make, X, Y, {"pypi_images": float(X.shape[0])})
+    return epoch_figure("fashion_epoch", args, make, X, Y, {"pypi_images": float(X.shape[0])}, jax_epoch=True)
 
 
 def make_lenet():
@@ -635,6 +768,159 @@ def gpt_train_step(args, timer):
     return fig.timed(timer)
 
 
+# ------------------------------------------------------- ddp_fashion_epoch
+
+# As bench/ddp_bench.cpp (the tessel row, started by run_benchmarks through
+# tools/tessel-run): the fashion_epoch MLP (torch's init, seed 0), SGD lr 0.1,
+# global batch 256 (256 / world per rank), DistributedSampler (shuffle, seed
+# 0, set_epoch per epoch), 3 warm-up batches, then epochs each between two
+# barriers; rank 0 reports the median epoch. samples = batches x 256, as
+# ddp_bench counts them (60160 for 235 batches). One thread per process, no
+# pinning (ddp_bench pins nothing either).
+DDP_GLOBAL_BATCH = 256
+DDP_WARM_BATCHES = 3
+
+
+def ddp_child(args):
+    """One rank: world 1 is the plain model (no process group, no DDP), world
+    2 DistributedDataParallel(model) (default 25 MB bucket) over gloo on
+    loopback (MASTER_ADDR/MASTER_PORT from the parent). Prints one JSON line
+    (rank 0)."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data.distributed import DistributedSampler
+    world, rank = args.ddp_world, args.ddp_rank
+    X, Y = load_fashion_mnist_train()
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    n = Xt.shape[0]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), _mlp())
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        net = DistributedDataParallel(model)
+    else:
+        net = model
+    per_rank = DDP_GLOBAL_BATCH // world
+    sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=0)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def batches(epoch):
+        # The sampler's indices, then index_select batch copies (as the other
+        # epoch peers; a DataLoader would collate 128 samples one by one).
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(sampler), dtype=torch.int64)
+        return [order[s:s + per_rank] for s in range(0, order.numel(), per_rank)]
+
+    def step(idx):
+        loss = F.cross_entropy(net(Xt.index_select(0, idx)), Yt.index_select(0, idx))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def barrier():
+        if world > 1:
+            dist.barrier()
+    for idx in batches(1000)[:DDP_WARM_BATCHES]:
+        step(idx).item()
+    wall, cpu = [], []
+    loss, nb = 0.0, 0
+    for e in range(args.ddp_epochs):
+        bs = batches(e)
+        barrier()
+        w0, c0 = _clock()
+        for idx in bs:
+            last = step(idx)
+        loss = last.item()
+        barrier()
+        w1, c1 = _clock()
+        wall.append(w1 - w0)
+        cpu.append(c1 - c0)
+        nb = len(bs)
+    sec = statistics.median(wall)
+    if rank == 0:
+        samples = nb * DDP_GLOBAL_BATCH
+        print(json.dumps({"world": world, "batches": nb, "samples": samples, "seconds": sec,
+                          "samples_per_s": samples / sec, "cpu_seconds": statistics.median(cpu), "loss": loss}),
+              flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_ddp(world, epochs, timeout_s=600):
+    """Starts `world` ranks of this script (--ddp-child) and returns rank 0's result."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world))
+    procs = []
+    for rank in range(world):
+        cmd = [sys.executable, os.path.abspath(__file__), "--ddp-child", f"--ddp-world={world}",
+               f"--ddp-rank={rank}", f"--ddp-epochs={epochs}"]
+        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True))
+    # A rank that fails leaves the other waiting in gloo (for minutes): stop it then.
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(p.poll() is None for p in procs):
+            if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    out0 = procs[0].stdout.read()  # one line: the pipe cannot fill while the ranks run
+    for p in procs:
+        p.stdout.close()
+    bad = [f"rank {r} exit status {p.returncode}" for r, p in enumerate(procs) if p.returncode != 0]
+    if bad:
+        raise RuntimeError(f"{world} process(es): " + ", ".join(bad))
+    lines = [ln for ln in out0.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"{world} process(es): rank 0 printed no result")
+    return json.loads(lines[-1])
+
+
+def ddp_fashion_epoch(args, timer):
+    """PyTorch DDP against tessel's ddp_fashion_epoch row: samples/s of one
+    plain process and of two DDP processes, and the scaling efficiency
+    (2-process rate / (2 x 1-process rate)). Median of 3 epochs (1 with
+    --quick) in each configuration."""
+    fig = Figure("ddp_fashion_epoch", ["torch2_ddp"])
+    if not fig.wanted("torch2_ddp"):
+        return fig.res
+    epochs = 1 if args.quick else 3
+    d = fashion_mnist_dir()
+    if not os.path.exists(os.path.join(d, "train-images-idx3-ubyte.gz")):
+        raise FileNotFoundError(f"Fashion-MNIST not found in {d} (set TESSEL_FASHION_MNIST)")
+    rate = {}
+    try:
+        for world in (1, 2):
+            r = _run_ddp(world, epochs)
+            rate[world] = r["samples_per_s"]
+            fig.res[f"torch2_ddp_samples_per_s_{world}proc"] = r["samples_per_s"]
+            fig.res[f"torch2_ddp_epoch_seconds_{world}proc"] = r["seconds"]
+            fig.res[f"torch2_ddp_cpu_seconds_{world}proc"] = r["cpu_seconds"]  # rank 0's process, all threads
+            fig.res[f"torch2_ddp_loss_{world}proc"] = r["loss"]
+            fig.res["torch2_ddp_samples"] = float(r["samples"])
+            fig.res["torch2_ddp_batches"] = float(r["batches"])
+    except Exception as e:  # noqa: BLE001
+        log(f"ddp_fashion_epoch: torch2_ddp failed: {short(e)}")
+        fig.res["torch2_ddp_error"] = short(e)
+        return fig.res
+    fig.res["torch2_ddp_scaling_efficiency"] = rate[2] / (2 * rate[1])
+    fig.res["torch2_ddp_epochs_timed"] = float(epochs)
+    fig.res["torch2_ddp_how"] = ("1 process: the plain model; 2 processes: DistributedDataParallel(model) (default "
+                                 "bucket), gloo on loopback, subprocesses with MASTER_ADDR=127.0.0.1; "
+                                 "DistributedSampler(shuffle, seed 0) indices, index_select batches of 256 / world, "
+                                 "SGD lr 0.1, torch.set_num_threads(1); median epoch between barriers after "
+                                 f"{DDP_WARM_BATCHES} warm-up batches")
+    return fig.res
+
+
 # ------------------------------------------------------------------ main
 
 def main():
@@ -647,15 +933,23 @@ def main():
     ap.add_argument("--gpt-batch", type=int, default=16)
     ap.add_argument("--gpt-dropout", type=float, default=0.1, help="the sample's model dropout (training mode)")
     ap.add_argument("--gpt-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
-    ap.add_argument("--peers", default="", help="comma-separated subset of torch2_eager,torch_compile,jax,tinygrad")
+    ap.add_argument("--peers", default="", help="comma-separated subset of " + ",".join(PEERS))
+    # One rank of ddp_fashion_epoch (the script starts itself with these).
+    ap.add_argument("--ddp-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ddp-world", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--ddp-rank", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--ddp-epochs", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ddp_child:
+        ddp_child(args)
+        return
 
     figs = [f for f in args.only.split(",") if f] or FIGURES
     unknown = [f for f in figs if f not in FIGURES]
     figs = [f for f in figs if f in FIGURES]
     if args.peers:
         keep = set(args.peers.split(","))
-        for p in ("torch2_eager", "torch_compile", "jax", "tinygrad"):
+        for p in PEERS:
             if p not in keep:
                 missing.setdefault(p, "not selected (--peers)")
     timer = Timer(reps=5 if args.quick else 11, min_time=0.05 if args.quick else 0.1)
@@ -665,12 +959,15 @@ def main():
     if torch is not None:
         out["_meta"]["torch_num_threads"] = torch.get_num_threads()
     funcs = {"attention_fwd_bwd": attention_fwd_bwd, "train_step_b256": train_step_b256,
-             "fashion_epoch": fashion_epoch, "lenet_epoch": lenet_epoch, "gpt_train_step": gpt_train_step}
+             "fashion_epoch": fashion_epoch, "lenet_epoch": lenet_epoch, "gpt_train_step": gpt_train_step,
+             "ddp_fashion_epoch": ddp_fashion_epoch}
+    torch_only = {"lenet_epoch": ("torch2_eager", "torch_compile"), "gpt_train_step": ("torch2_eager", "torch_compile"),
+                  "ddp_fashion_epoch": ("torch2_ddp",)}
     for f in figs:
         log(f"{f} ...")
         t0 = time.perf_counter()
-        if torch is None and f != "attention_fwd_bwd":
-            out[f] = {"torch2_eager_missing": missing["torch2_eager"], "torch_compile_missing": missing["torch_compile"]}
+        if torch is None and f in torch_only:
+            out[f] = {p + "_missing": missing[p] for p in torch_only[f]}
             continue
         try:
             out[f] = funcs[f](args, timer)
@@ -678,7 +975,8 @@ def main():
             traceback.print_exc(file=sys.stderr)
             out[f] = {"pypi_error": short(e)}
         log(f"{f} done in {time.perf_counter() - t0:.1f} s: " +
-            ", ".join(f"{k} {v:.4g}" for k, v in out[f].items() if k.endswith("_ms") and isinstance(v, float)))
+            ", ".join(f"{k} {v:.4g}" for k, v in out[f].items()
+                      if k.endswith(("_ms", "samples_per_s_1proc", "samples_per_s_2proc")) and isinstance(v, float)))
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
 
