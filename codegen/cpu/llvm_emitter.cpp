@@ -366,10 +366,6 @@ struct Emitter {
     }
   }
 
-  static Value* reassoc(Value* v) {
-    if (auto* i = llvm::dyn_cast<llvm::Instruction>(v)) i->setHasAllowReassoc(true);
-    return v;
-  }
   Value* init_acc(kir::ReduceKind red, DType acc_dtype) {
     bool f = acc_dtype == DType::f64;
     switch (red) {
@@ -386,12 +382,11 @@ struct Emitter {
   Value* combine(kir::ReduceKind red, DType acc_dtype, Value* acc, Value* v) {
     bool f = acc_dtype == DType::f64;
     switch (red) {
-      // Floating sums and products may be reassociated: the loop vectorizer
-      // then keeps several f64 partial accumulators (a serial chain is bound
-      // by the add's latency); in f64, for f32 or f64 data, the order changes
-      // only the last bits, and one compiled kernel always sums in one order.
-      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return f ? reassoc(b.CreateFAdd(acc, v)) : b.CreateAdd(acc, v);
-      case kir::ReduceKind::Prod: return f ? reassoc(b.CreateFMul(acc, v)) : b.CreateMul(acc, v);  // i64 wraps, as torch
+      // Floating sums and products add in the interpreter's order, one serial
+      // chain: reassociated partial sums vectorize, but change the last bits
+      // against the interpreter, the oracle every compiled result must equal.
+      case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return f ? b.CreateFAdd(acc, v) : b.CreateAdd(acc, v);
+      case kir::ReduceKind::Prod: return f ? b.CreateFMul(acc, v) : b.CreateMul(acc, v);  // i64 wraps, as torch
       case kir::ReduceKind::Max: case kir::ReduceKind::Min: {
         bool mx = red == kir::ReduceKind::Max;
         if (!f) return b.CreateSelect(mx ? b.CreateICmpSGT(v, acc) : b.CreateICmpSLT(v, acc), v, acc);
