@@ -59,15 +59,17 @@ int main(int argc, char** argv) {
     for (int e = 0; e < epochs; ++e) {
       sampler->set_epoch(static_cast<uint64_t>(e));
       auto batches = loader.epoch();
-      if (max_batches > 0 && static_cast<int64_t>(batches.size()) > max_batches) batches.resize(static_cast<size_t>(max_batches));
+      const size_t count =
+          max_batches > 0 ? std::min(batches.size(), static_cast<size_t>(max_batches)) : batches.size();
       dist::barrier();
       auto t0 = std::chrono::steady_clock::now();
       Tensor loss;
-      for (auto& b : batches) loss = step(b);
+      auto it = batches.begin();
+      for (size_t done = 0; done < count; ++done, ++it) loss = step(*it);
       last_loss = loss.item<double>();
       dist::barrier();
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      batches_run = static_cast<int64_t>(batches.size());
+      batches_run = static_cast<int64_t>(count);
     }
     std::sort(seconds.begin(), seconds.end());
     double med = seconds[seconds.size() / 2];

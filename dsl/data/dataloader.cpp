@@ -46,7 +46,14 @@ Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& idx, size_t be
 }
 }  // namespace
 
-std::vector<DataLoader::Batch> DataLoader::epoch() {
+DataLoader::Batch DataLoader::Epoch::operator[](size_t i) const {
+  if (i >= batches_)
+    throw IndexError(fmt::format("DataLoader epoch: batch {} of an epoch of {} batches", i, batches_));
+  const size_t b = i * batch_, e = std::min(order_.size(), b + batch_);
+  return {gather_rows(X_, order_, b, e), gather_rows(y_, order_, b, e)};
+}
+
+DataLoader::Epoch DataLoader::epoch() {
   std::vector<int64_t> order(static_cast<size_t>(n_));
   std::iota(order.begin(), order.end(), 0);
   if (opt_.sampler) {
@@ -59,14 +66,9 @@ std::vector<DataLoader::Batch> DataLoader::epoch() {
     std::shuffle(order.begin(), order.end(), rng);
   }
   ++epoch_;
-  std::vector<Batch> out;
-  auto bs = static_cast<size_t>(opt_.batch_size);
-  for (size_t b = 0; b < order.size(); b += bs) {
-    size_t e = std::min(order.size(), b + bs);
-    if (opt_.drop_last && e - b < bs) break;
-    out.emplace_back(gather_rows(X_, order, b, e), gather_rows(y_, order, b, e));
-  }
-  return out;
+  const auto bs = static_cast<size_t>(opt_.batch_size);
+  const size_t batches = opt_.drop_last ? order.size() / bs : (order.size() + bs - 1) / bs;
+  return Epoch(X_, y_, std::move(order), bs, batches);
 }
 
 }  // namespace tessel::data

@@ -38,8 +38,11 @@ class DataLoader {
   DataLoader(Tensor X, Tensor y, DataLoaderOptions opt);
 
   using Batch = std::pair<Tensor, Tensor>;
-  /// Batches of one pass; shuffling changes order each time begin() is called.
-  std::vector<Batch> epoch();
+  class Epoch;
+  /// The batches of one pass, gathered one at a time as they are visited (a
+  /// batch's memory is reused by the next once the caller drops it); each
+  /// call draws the next shuffled order.
+  Epoch epoch();
   int64_t num_batches() const;
   int64_t num_examples() const { return n_; }
   const DataLoaderOptions& options() const { return opt_; }
@@ -53,6 +56,49 @@ class DataLoader {
   DataLoaderOptions opt_;
   int64_t n_;
   uint64_t epoch_ = 0;
+};
+
+/// One pass of a DataLoader: its order, drawn when epoch() was called, and
+/// the batches over it, copied out of the data as they are reached.
+///
+///   for (auto& [xb, yb] : loader.epoch()) { ... }
+///   auto e = loader.epoch();  DataLoader::Batch third = e[2];
+class DataLoader::Epoch {
+ public:
+  class iterator {
+   public:
+    Batch& operator*() { return cur_; }
+    Batch* operator->() { return &cur_; }
+    iterator& operator++() {
+      if (++i_ < e_->size()) cur_ = (*e_)[i_];
+      return *this;
+    }
+    bool operator!=(const iterator& o) const { return i_ != o.i_; }
+    bool operator==(const iterator& o) const { return i_ == o.i_; }
+
+   private:
+    friend class Epoch;
+    iterator(const Epoch* e, size_t i) : e_(e), i_(i) {
+      if (i_ < e_->size()) cur_ = (*e_)[i_];
+    }
+    const Epoch* e_;
+    size_t i_;
+    Batch cur_;
+  };
+
+  iterator begin() const { return iterator(this, 0); }
+  iterator end() const { return iterator(this, size()); }
+  size_t size() const { return batches_; }
+  /// Batch i of this pass (a new copy each call).
+  Batch operator[](size_t i) const;
+
+ private:
+  friend class DataLoader;
+  Epoch(Tensor X, Tensor y, std::vector<int64_t> order, size_t batch, size_t batches)
+      : X_(std::move(X)), y_(std::move(y)), order_(std::move(order)), batch_(batch), batches_(batches) {}
+  Tensor X_, y_;
+  std::vector<int64_t> order_;
+  size_t batch_, batches_;
 };
 
 }  // namespace tessel::data

@@ -92,3 +92,17 @@ TEST_CASE("Fashion-MNIST loads with the documented shapes", "[data]") {
   CHECK(test.y.max().item<int64_t>() == 9);
   CHECK(test.X.max().item() <= 1.0);
 }
+
+TEST_CASE("an epoch's batches are gathered as they are visited, the same by iteration and by index", "[data]") {
+  auto a = make_loader({.batch_size = 4, .shuffle = true, .seed = 3});
+  auto b = make_loader({.batch_size = 4, .shuffle = true, .seed = 3});
+  auto ea = a.epoch(), eb = b.epoch();
+  size_t i = 0;
+  for (auto& [X, y] : ea) {
+    CHECK(y.to_vector<int64_t>() == eb[i].second.to_vector<int64_t>());
+    CHECK(X.to_vector<float>() == eb[i].first.to_vector<float>());
+    ++i;
+  }
+  CHECK(i == 3);
+  CHECK_THROWS_WITH(eb[3], "DataLoader epoch: batch 3 of an epoch of 3 batches");
+}
