@@ -71,6 +71,12 @@ inline CompileRun compile_pass() {
     a.eval(), b.eval(), c.eval();
   }
   BackendOverride o(*cpu_jit_backend());
+  // The latency of a compile on the launching thread: no background compiles.
+  struct Synchronous {
+    bool prev = jit_async();
+    Synchronous() { set_jit_async(false); }
+    ~Synchronous() { set_jit_async(prev); }
+  } synchronous;
   {  // the first kernel of a process also starts the JIT: counted apart
     double t0 = now_ms();
     Tensor w = a * 3.0 - b;

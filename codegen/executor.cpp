@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/backend.h"
 #include "codegen/blas/gemm.h"
 #include "codegen/ir_verifier.h"
 #include "codegen/kernel_ir_verifier.h"
@@ -33,7 +34,8 @@ BufferView dense_copy(StepExecutor& ex, DType t, const Shape& s, const BufferVie
   lower::Lowered l = lower::lower_copy(t, s, in, out);
   kir::check_lowering(l);
   lower::coalesce(l);
-  ex.launch(l, Role::copy, nullptr);
+  // Its kernel still compiling: the same bytes, copied on the host.
+  if (!ex.try_launch(l, Role::copy, nullptr)) ref_backend().copy_into(out, in, t, s);
   return out;
 }
 
@@ -85,6 +87,60 @@ const BufferView* target_of(const Node* n, const std::vector<ir::NodePtr>& roots
   for (size_t i = 0; i < roots.size(); ++i)
     if (roots[i].get() == n && (*into)[i].storage && ir::is_contiguous(n->shape, (*into)[i].strides)) return &(*into)[i];
   return nullptr;
+}
+
+// A copy of the nodes a step's kernel fuses below `root`, down to the values
+// that exist (earlier steps, realized leaves), which become leaves: what the
+// kernel computes, for the ref interpreter. Iterative: fused chains can be long.
+ir::NodePtr clone_fused(Node* root, const lower::ValueOf& value_of, std::unordered_map<const Node*, ir::NodePtr>& clones) {
+  std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
+  while (!stack.empty()) {
+    auto [m, i] = stack.back();
+    if (clones.count(m)) {
+      stack.pop_back();
+      continue;
+    }
+    if (i == 0)
+      if (std::optional<BufferView> v = value_of(m)) {
+        auto leaf = std::make_shared<Node>();
+        leaf->op = ir::Op::Input;
+        leaf->dtype = m->dtype;
+        leaf->shape = m->shape;
+        leaf->buffer = std::move(*v);
+        clones.emplace(m, std::move(leaf));
+        stack.pop_back();
+        continue;
+      }
+    if (i < m->args.size()) {
+      ++stack.back().second;
+      stack.push_back({m->args[i].get(), 0});
+      continue;
+    }
+    auto c = std::make_shared<Node>(*m);
+    c->buffer.reset();
+    c->requires_grad = false;
+    c->owner.reset();
+    c->owner_hold.reset();
+    for (size_t a = 0; a < m->args.size(); ++a) c->args[a] = clones.at(m->args[a].get());
+    clones.emplace(m, std::move(c));
+    stack.pop_back();
+  }
+  return clones.at(root);
+}
+
+// The values of `targets` (a step's node, and the stages of a row program
+// that it stores) by the ref interpreter, for a step whose kernel is not
+// compiled yet. Its results equal the compiled kernel's bit for bit.
+std::vector<BufferView> ref_values(const std::vector<Node*>& targets, const lower::ValueOf& value_of) {
+  std::unordered_map<const Node*, ir::NodePtr> clones;
+  std::vector<ir::NodePtr> roots;
+  roots.reserve(targets.size());
+  for (Node* t : targets) roots.push_back(clone_fused(t, value_of, clones));
+  ref_backend().realize(roots, false);
+  std::vector<BufferView> out;
+  out.reserve(roots.size());
+  for (const ir::NodePtr& r : roots) out.push_back(*r->buffer);
+  return out;
 }
 
 }  // namespace
@@ -143,8 +199,10 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
         const BufferView out = l.buffers[0];
         kir::check_lowering(l);
         lower::coalesce(l);
-        ex.launch(l, step.kind == sched::StepKind::Reduce ? Role::reduce : Role::elementwise, n);
-        values[n] = std::move(out);
+        if (ex.try_launch(l, step.kind == sched::StepKind::Reduce ? Role::reduce : Role::elementwise, n))
+          values[n] = std::move(out);
+        else
+          values[n] = ref_values({n}, value_of)[0];  // in memory of its own, for a root: the caller copies it
         break;
       }
       case sched::StepKind::RowProgram: {
@@ -157,7 +215,15 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
         lower::Lowered l = lower::lower_row_program(*n, step.stages, stage_out, value_of, copy, out);
         kir::check_lowering(l);
         lower::coalesce(l);
-        ex.launch(l, Role::row, n);
+        if (!ex.try_launch(l, Role::row, n)) {
+          std::vector<Node*> targets{n};
+          for (size_t i = 0; i < step.stages.size(); ++i)
+            if (step.stored[i]) targets.push_back(step.stages[i]);
+          std::vector<BufferView> v = ref_values(targets, value_of);
+          for (size_t i = 0, j = 1; i < step.stages.size(); ++i)
+            if (step.stored[i]) stage_out[i] = v[j++];
+          out = v[0];
+        }
         for (size_t i = 0; i < step.stages.size(); ++i)
           if (step.stored[i]) values[step.stages[i]] = stage_out[i];
         values[n] = std::move(out);
@@ -186,7 +252,11 @@ void run_schedule(StepExecutor& ex, const std::vector<ir::NodePtr>& roots, const
         lower::Lowered l = lower::lower_to_kernel_ir(*e, value_of, copy, out);
         kir::check_lowering(l);
         TESSEL_ASSERT("lower_to_kernel_ir", l.rows == n->shape.dims[0]);  // epilogue rows = matmul rows
-        ex.matmul_epilogue(*n, args, mm, l, *e);
+        if (!ex.try_matmul_epilogue(*n, args, mm, l, *e)) {
+          values[n] = ex.matmul(*n, args);
+          values[e] = ref_values({e}, value_of)[0];
+          break;
+        }
         values[e] = std::move(out);
         break;
       }

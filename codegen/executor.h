@@ -32,6 +32,14 @@ class StepExecutor {
   /// Runs one lowered kernel over all its rows. `node` is the node it
   /// materializes (null for copies).
   virtual void launch(const lower::Lowered& l, Role role, const ir::Node* node) = 0;
+  /// launch(), or false having run nothing when the kernel is not compiled
+  /// yet (its compile goes on elsewhere): run_schedule then computes the
+  /// value with the ref interpreter, so an executor that returns false keeps
+  /// its values in host memory. The default launches.
+  virtual bool try_launch(const lower::Lowered& l, Role role, const ir::Node* node) {
+    launch(l, role, node);
+    return true;
+  }
   /// Computes `n` from its arguments' values where no kernel does (fallbacks;
   /// matmuls unless matmul() says otherwise).
   virtual ir::BufferView host_eval(const ir::Node& n, const std::vector<ir::BufferView>& args) = 0;
@@ -52,6 +60,14 @@ class StepExecutor {
   /// launches the epilogue; the CPU backend interleaves the two per band of rows.
   virtual void matmul_epilogue(const ir::Node& mm, const std::vector<ir::BufferView>& args, const ir::BufferView& out,
                                const lower::Lowered& epi, const ir::Node& epi_node);
+  /// matmul_epilogue(), or false having run nothing when the epilogue's
+  /// kernel is not compiled yet (as try_launch): run_schedule then takes the
+  /// product from matmul() and the epilogue from the ref interpreter.
+  virtual bool try_matmul_epilogue(const ir::Node& mm, const std::vector<ir::BufferView>& args,
+                                   const ir::BufferView& out, const lower::Lowered& epi, const ir::Node& epi_node) {
+    matmul_epilogue(mm, args, out, epi, epi_node);
+    return true;
+  }
   /// Whether an epilogue may write its result over the product it reads (same
   /// dtype and shape, product read by nothing else): the epilogue's load of the
   /// product and its store then share memory, which the backend's kernel must

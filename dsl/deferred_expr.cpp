@@ -1,5 +1,6 @@
 #include "dsl/deferred_expr.h"
 
+#include "codegen/backend.h"
 #include "codegen/builders.h"
 #include "dsl/tensor.h"
 #include "runtime/errors.h"
@@ -57,8 +58,13 @@ void ExprCache::record(std::vector<int64_t> sig, const ir::NodePtr& root, const 
   }
   auto e = std::make_unique<Entry>();
   e->sig = std::move(sig);
+  const std::uint64_t interpreted = ref_stats().realizations;
   e->replay = backend.realize_recorded(root, leaves);
   if (!root->realized()) throw InternalError("ExprCache: the backend's realize_recorded left the root without a value");
+  // The interpreter computed part of it, e.g. kernels still compiling in the
+  // background (TESSEL_JIT_ASYNC), which record nothing: a later evaluation
+  // tries again rather than the signature being remembered as not replayable.
+  if (!e->replay && &backend != &ref_backend() && ref_stats().realizations != interpreted) return;
   e->dtype = root->dtype;
   e->shape = root->shape;
   std::lock_guard lock(mu_);

@@ -41,10 +41,16 @@ void matmul_with_epilogue(const ir::Node& mm, const std::vector<BufferView>& arg
   gemm::Operand a = operand(0), b = operand(1);
   const int64_t es = static_cast<int64_t>(dtype_size(mm.dtype));
   auto at = [&](const BufferView& v) { return static_cast<std::byte*>(v.storage->data()) + v.offset * es; };
-  int64_t band = M;
-  if (gemm::uses_blas(mm.dtype, M, N, K)) band = std::max<int64_t>(8, epilogue_band_bytes() / std::max<int64_t>(N * es, 1));
   BufPtrs bufs(epi.buffers.size());
   for (size_t i = 0; i < epi.buffers.size(); ++i) bufs.ptrs[i] = epi.buffers[i].storage->data();
+  banded_matmul_epilogue(mm.dtype, a, b, at(a.v), at(b.v), at(out), M, N, K, fn, bufs.ptrs, epi.args.data());
+}
+
+void banded_matmul_epilogue(DType t, const gemm::Operand& a, const gemm::Operand& b, const void* A, const void* B,
+                            void* C, int64_t M, int64_t N, int64_t K, KernelFn* fn, void** bufs, const int64_t* args) {
+  const int64_t es = static_cast<int64_t>(dtype_size(t));
+  int64_t band = M;
+  if (gemm::uses_blas(t, M, N, K)) band = std::max<int64_t>(8, epilogue_band_bytes() / std::max<int64_t>(N * es, 1));
   // Bands are independent (disjoint rows of the product and of the
   // epilogue's output): the pool runs them, each band's product and
   // epilogue on one thread. One band (small products) runs inline.
@@ -52,8 +58,8 @@ void matmul_with_epilogue(const ir::Node& mm, const std::vector<BufferView>& arg
   parallel_for(bands, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i) {
       int64_t r0 = i * band, r1 = std::min(M, r0 + band);
-      gemm::rows(mm.dtype, a, b, at(a.v), at(b.v), at(out), M, N, K, r0, r1);
-      if (r1 > r0) fn(bufs.ptrs, epi.args.data(), r0, r1);
+      gemm::rows(t, a, b, A, B, C, M, N, K, r0, r1);
+      if (r1 > r0) fn(bufs, args, r0, r1);
     }
   });
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,9 +51,14 @@ using ir::Op;
 class CpuExecutor final : public exec::StepExecutor {
  public:
   // Set while a realization is recorded for the plan cache; anything a plan
-  // cannot replay (copies, matmuls, fallbacks, views) clears `plannable`.
+  // cannot replay (fallbacks, convolutions, attention, batched or copied
+  // matmul operands) clears `plannable`.
   std::vector<Recorded>* record = nullptr;
   bool plannable = true;
+  // A launch ran on the interpreter while its kernel compiles (jit_async.h):
+  // the form is worth recording on a later realization, not remembering as
+  // one that cannot be replayed.
+  bool interpreted = false;
 
   BufferView alloc(DType t, const Shape& s) override { return host_dense(t, s); }
   // Not while ahead-of-time kernels are linked in: they have no such variant,
@@ -61,7 +67,13 @@ class CpuExecutor final : public exec::StepExecutor {
 
   bool kernel_over_input() const override { return epilogue_over_product(); }
 
-  void launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
+  void launch(const lower::Lowered& l, exec::Role role, const Node* node) override { launch_with(l, role, node, false); }
+  bool try_launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
+    return launch_with(l, role, node, true);
+  }
+
+  // With `may_defer`, a kernel still compiling runs nothing and gives false.
+  bool launch_with(const lower::Lowered& l, exec::Role role, const Node* node, bool may_defer) {
     cpujit::EmitOptions variant{.streaming = cpujit::wants_streaming(l.kernel, l.args.data(), l.rows)};
     // Written over memory it reads (run_schedule's `into`): the aliasing variant.
     for (size_t p = 1; p < l.buffers.size(); ++p)
@@ -70,13 +82,27 @@ class CpuExecutor final : public exec::StepExecutor {
         variant.output_alias_param = static_cast<int>(p);
         variant.streaming = false;  // no streaming variant writes over its input
       }
-    cpujit::KernelFn* fn = compiled(l.kernel, variant);
+    cpujit::KernelFn* fn = may_defer ? compiled_if_ready(l.kernel, variant) : compiled(l.kernel, variant);
+    if (!fn) return interpreting();
     run_lowered(l, fn);
     bump(&AtomicStats::kernels_launched);
     if (record) {
-      if (node && (role == exec::Role::elementwise || role == exec::Role::reduce)) record->push_back({fn, variant, node, l});
-      else plannable = false;
+      Recorded r;
+      r.fn = fn;
+      r.variant = variant;
+      r.l = l;
+      record->push_back(std::move(r));
     }
+    (void)role, (void)node;
+    return true;
+  }
+
+  // The caller computes the launch with the interpreter instead.
+  bool interpreting() {
+    plannable = false;
+    interpreted = true;
+    bump(&AtomicStats::kernels_interpreted);
+    return false;
   }
 
   BufferView host_eval(const Node& n, const std::vector<BufferView>& args) override {
@@ -85,10 +111,29 @@ class CpuExecutor final : public exec::StepExecutor {
     return eval_with_ref(n, args);
   }
 
+  // A 2-D product of operands in BLAS form straight into its memory (what
+  // the interpreter computes, without its per-call setup); others by it.
   BufferView matmul(const Node& n, const std::vector<BufferView>& args) override {
-    plannable = false;
     bump(&AtomicStats::matmuls);
-    return eval_with_ref(n, args);
+    const Shape& sa = n.args[0]->shape;
+    std::optional<gemm::Operand> a, b;
+    if (sa.rank() == 2) a = gemm::operand(sa, args[0]), b = gemm::operand(n.args[1]->shape, args[1]);
+    if (!a || !b) {
+      plannable = false;
+      return eval_with_ref(n, args);
+    }
+    const int64_t M = sa.dims[0], K = sa.dims[1], N = n.shape.dims[1];
+    BufferView out = alloc(n.dtype, n.shape);
+    if (M > 0 && N > 0) gemm::rows(n.dtype, *a, *b, a->v.bytes(n.dtype), b->v.bytes(n.dtype), out.bytes(n.dtype), M, N, K, 0, M);
+    if (record) {
+      Recorded r;
+      r.kind = Recorded::Kind::matmul;
+      r.dtype = n.dtype;
+      r.M = M, r.N = N, r.K = K;
+      r.a = *a, r.b = *b, r.out = out;
+      record->push_back(std::move(r));
+    }
+    return out;
   }
 
   // f32 convolutions on oneDNN (dense NCHW / OIHW operands), others by the ref loops.
@@ -137,7 +182,17 @@ class CpuExecutor final : public exec::StepExecutor {
 
   void matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
                        const lower::Lowered& epi, const Node&) override {
-    plannable = false;
+    epilogue_with(mm, args, out, epi, false);
+  }
+  bool try_matmul_epilogue(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
+                           const lower::Lowered& epi, const Node&) override {
+    return epilogue_with(mm, args, out, epi, true);
+  }
+
+  // With `may_defer`, an epilogue still compiling runs nothing (not even the
+  // product) and gives false.
+  bool epilogue_with(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
+                     const lower::Lowered& epi, bool may_defer) {
     // Written over the product (epilogue_over_product): the product's load
     // param shares the output's memory, offset and strides.
     cpujit::EmitOptions variant;
@@ -146,15 +201,29 @@ class CpuExecutor final : public exec::StepExecutor {
         TESSEL_ASSERT("matmul epilogue", variant.output_alias_param < 0 && lower::reads_in_store_layout(epi, p));
         variant.output_alias_param = static_cast<int>(p);
       }
-    cpujit::KernelFn* fn = compiled(epi.kernel, variant);
+    cpujit::KernelFn* fn = may_defer ? compiled_if_ready(epi.kernel, variant) : compiled(epi.kernel, variant);
+    if (!fn) return interpreting();
     matmul_with_epilogue(mm, args, out, epi, fn);
+    if (record) {
+      Recorded r;
+      r.kind = Recorded::Kind::matmul_epilogue;
+      r.fn = fn;
+      r.variant = variant;
+      r.l = epi;
+      r.dtype = mm.dtype;
+      r.M = mm.args[0]->shape.dims[0], r.K = mm.args[0]->shape.dims[1], r.N = mm.shape.dims[1];
+      r.a = *gemm::operand(mm.args[0]->shape, args[0]);
+      r.b = *gemm::operand(mm.args[1]->shape, args[1]);
+      r.out = out;
+      record->push_back(std::move(r));
+    }
     bump(&AtomicStats::matmuls);
     bump(&AtomicStats::matmul_epilogues);
     bump(&AtomicStats::kernels_launched);
+    return true;
   }
 
   void on_view() override {
-    plannable = false;
     bump(&AtomicStats::views);
   }
 };
@@ -164,6 +233,18 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
 
   void realize(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) override {
+    realize_planned(roots, keep_grad_values, nullptr);
+  }
+
+  void realize_into(const std::vector<ir::NodePtr>& values, const std::vector<BufferView>& dsts) override {
+    realize_planned(values, false, &dsts);
+  }
+
+  // A realization, replayed from the plan cache when its form was seen; with
+  // `into`, the roots' destinations (run_schedule) are part of the form: each
+  // is a leaf of the walk (its index in the key), or the form is not planned.
+  void realize_planned(const std::vector<ir::NodePtr>& roots, bool keep_grad_values,
+                       const std::vector<BufferView>* into) {
     bump(&AtomicStats::realizations);
     cpujit::CodeInUse in_use;
     const std::uint64_t gen = cpujit::code_generation();
@@ -171,7 +252,7 @@ class CpuBackend final : public Backend {
     const bool planning = !dump_at_start() && !detail::trace_enabled("jit");
     thread_local Walk walk;
     uint64_t hash = 0;
-    bool keyed = planning && walk.build(roots, keep_grad_values);
+    bool keyed = planning && walk.build(roots, keep_grad_values) && (!into || walk.add_destinations(*into));
     if (keyed) {
       hash = XXH3_64bits(walk.key.data(), walk.key.size() * sizeof(int64_t));
       // Each thread remembers its last few plans without the cache's lock;
@@ -197,6 +278,7 @@ class CpuBackend final : public Backend {
       if (hit) slot = {hash, gen, hit};
       if (hit && hit->replayable) {
         replay(*hit, walk.order);
+        bump(&AtomicStats::plan_replays);
         return;
       }
       if (hit) keyed = false;  // known not to be replayable
@@ -212,37 +294,27 @@ class CpuBackend final : public Backend {
     // by any realization a launch might make.
     std::vector<Node*> order;
     std::vector<int64_t> key;
-    bool kernels_only = keyed;
     if (keyed) {
-      for (const sched::Step& st : S.steps)
-        kernels_only = kernels_only && (st.kind == sched::StepKind::Kernel || st.kind == sched::StepKind::Reduce) &&
-                       !st.epilogue;
-      if (kernels_only) ex.record = &rec;
+      ex.record = &rec;
       order = walk.order;
       key = walk.key;
       was_realized.reserve(order.size());
       for (Node* n : order) was_realized.push_back(n->realized());
     }
-    exec::run_schedule(ex, roots, S, keep_grad_values);
-    if (!keyed) return;
+    exec::run_schedule(ex, roots, S, keep_grad_values, into);
+    // A launch the interpreter ran while its kernel compiled: the form is
+    // recorded by a later realization, once every kernel is compiled.
+    if (!keyed || ex.interpreted) return;
     // Forms that cannot be replayed are remembered too, so they are not recorded again.
     auto plan = std::make_unique<Plan>();
     plan->key = std::move(key);
-    if (kernels_only && ex.plannable) make_plan(*plan, order, was_realized, rec);
+    if (ex.plannable) make_plan(*plan, order, was_realized, rec);
     // Not if the code was dropped meanwhile: the plan would call old kernels.
     cpujit::insert_if_current(gen, [&] {
       PlanCache& C = plan_cache();
       std::lock_guard<std::mutex> l(C.mu);
       if (C.plans.size() < kMaxPlans) C.plans.emplace(hash, std::move(plan));
     });
-  }
-
-  void realize_into(const std::vector<ir::NodePtr>& values, const std::vector<BufferView>& dsts) override {
-    bump(&AtomicStats::realizations);
-    cpujit::CodeInUse in_use;
-    sched::Schedule S = sched::schedule(values, {.max_inputs = 16, .keep_grad_values = false});
-    CpuExecutor ex;
-    exec::run_schedule(ex, values, S, false, &dsts);
   }
 
   std::unique_ptr<LeafReplay> realize_recorded(const ir::NodePtr& root, const std::vector<ir::NodePtr>& leaves) override {

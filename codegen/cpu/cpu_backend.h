@@ -1,9 +1,11 @@
 // The compiled CPU backend ("cpu"): realizes IR by fused kernels compiled with
 // LLVM ORC (see schedule.h for the passes). Present only when built with
-// LLVM; the counters exist in every build so tests can read them.
+// LLVM; the counters and the background-compile switches exist in every
+// build so tests can read them.
 #pragma once
 
 #include "codegen/backend.h"
+#include "codegen/cpu/jit_async.h"
 #include "codegen/cpu/jit_stats.h"
 
 namespace tessel {

@@ -17,6 +17,15 @@ namespace tessel::cpujit {
 /// over its product). The caller is inside a CodeInUse.
 KernelFn* compiled(const kir::Kernel& k, const EmitOptions& options = {});
 
+/// `k`'s function when it needs no compile now (a table hit, an ahead-of-time
+/// kernel, an object in the disk cache: as compiled()); else, with
+/// jit_async() on, queues its compile on a compile thread and returns null,
+/// and the caller computes the launch another way (jit_async.h). With
+/// jit_async() off, compiled(). A background compile that failed is rethrown
+/// by the next call for that kernel; later calls compile in place (and throw
+/// as compiled() does). The caller is inside a CodeInUse.
+KernelFn* compiled_if_ready(const kir::Kernel& k, const EmitOptions& options = {});
+
 /// Kernels whose code is linked into the CPU backend's JIT now.
 std::uint64_t jit_kernels_linked();
 

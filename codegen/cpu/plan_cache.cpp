@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <iterator>
+#include <optional>
 
 #include "codegen/cpu/jit_stats.h"
 #include "codegen/cpu/kernel_table.h"
+#include "codegen/cpu/banding.h"
 #include "codegen/cpu/launch.h"
 #include "runtime/storage.h"
 
@@ -87,42 +89,56 @@ bool Walk::build(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) {
   return true;
 }
 
+bool Walk::add_destinations(const std::vector<ir::BufferView>& into) {
+  for (const BufferView& d : into) {
+    int64_t leaf = -1;
+    if (d.storage) {
+      for (size_t j = 0; j < order.size() && leaf < 0; ++j) {
+        const Node& n = *order[j];
+        if (n.realized() && n.buffer->storage == d.storage && n.buffer->offset == d.offset && n.buffer->strides == d.strides)
+          leaf = static_cast<int64_t>(j);
+      }
+      if (leaf < 0) return false;
+    }
+    key.push_back(leaf);
+  }
+  return true;
+}
+
 // A plan from a recorded realization; replayable stays false when some
 // buffer or constant cannot be traced back to the DAG.
 void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>& was_realized,
                const std::vector<Recorded>& rec) {
-  auto leaf_of = [&](const Storage* st) -> int32_t {
-    for (size_t j = 0; j < order.size(); ++j)
-      if (was_realized[j] && order[j]->buffer->storage.get() == st) return static_cast<int32_t>(j);
-    return -1;
+  // Every storage a launch touched is a leaf's or one this realization made
+  // (its first appearance is the write of the launch that made it).
+  std::vector<std::pair<const Storage*, BufSource>> known;
+  for (size_t j = 0; j < order.size(); ++j)
+    if (was_realized[j]) known.push_back({order[j]->buffer->storage.get(), static_cast<BufSource>(j)});
+  auto find = [&](const Storage* st) -> std::optional<BufSource> {
+    for (auto& [k, src] : known)
+      if (k == st) return src;
+    return std::nullopt;
   };
-  auto step_of = [&](const Storage* st, size_t upto) -> int32_t {
-    for (size_t s = 0; s < upto; ++s)
-      if (P.steps[s].nbytes && rec[s].l.buffers[0].storage.get() == st) return static_cast<int32_t>(s);
-    return -1;
+  auto written = [&](const Storage* st) -> BufSource {
+    if (auto s = find(st)) return *s;
+    P.allocs.push_back(st->nbytes());
+    const BufSource src = -static_cast<BufSource>(P.allocs.size());
+    known.push_back({st, src});
+    return src;
   };
-  for (size_t s = 0; s < rec.size(); ++s) {
-    const lower::Lowered& l = rec[s].l;
-    PlanStep st;
-    st.fn = rec[s].fn;
-    st.variant = rec[s].variant;
-    st.kernel = l.kernel;
-    st.args = l.args;
-    st.rows = l.rows;
-    const Node& n = *rec[s].node;
-    st.nbytes = static_cast<size_t>(std::max<int64_t>(n.numel(), 1)) * dtype_size(n.dtype);
-    if (l.buffers.empty() || l.buffers[0].storage->nbytes() < st.nbytes) return;
-    st.bufs.push_back(-1 - static_cast<int32_t>(s));
-    for (size_t p = 1; p < l.buffers.size(); ++p) {
-      const Storage* sp = l.buffers[p].storage.get();
-      int32_t src = leaf_of(sp);
-      if (src < 0) {
-        int32_t from = step_of(sp, s);
-        if (from < 0) return;
-        src = -1 - from;
-      }
-      st.bufs.push_back(src);
+  // A kernel's params: the loads must be known; the others are its stores.
+  auto kernel_bufs = [&](const lower::Lowered& l, PlanStep& st) -> bool {
+    std::vector<bool> loaded(l.buffers.size(), false);
+    for (int p : l.kernel.load_params) loaded[static_cast<size_t>(p)] = true;
+    st.bufs.resize(l.buffers.size());
+    for (size_t p = 0; p < l.buffers.size(); ++p) {
+      if (!loaded[p]) continue;
+      auto src = find(l.buffers[p].storage.get());
+      if (!src) return false;
+      st.bufs[p] = *src;
     }
+    for (size_t p = 0; p < l.buffers.size(); ++p)
+      if (!loaded[p]) st.bufs[p] = written(l.buffers[p].storage.get());
     const size_t cb = l.kernel.const_base();
     for (size_t c = 0; c < l.kernel.const_types.size(); ++c) {
       int64_t bits = l.args[cb + c];
@@ -131,38 +147,84 @@ void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>
         if (order[j]->op == Op::Constant && !was_realized[j] && order[j]->dtype == l.kernel.const_types[c] &&
             lower::constant_bits(*order[j]) == bits)
           found = static_cast<int>(j);
-      if (found < 0) return;
+      if (found < 0) return false;
       st.consts.push_back({static_cast<uint32_t>(cb + c), static_cast<uint32_t>(found)});
     }
+    st.fn = nullptr;
+    st.kernel = l.kernel;
+    st.args = l.args;
+    st.rows = l.rows;
+    return true;
+  };
+  const auto elem = [](const ir::BufferView& v) { return v.offset; };
+  for (const Recorded& r : rec) {
+    PlanStep st;
+    st.kind = r.kind;
+    if (r.kind != Recorded::Kind::kernel) {
+      auto a = find(r.a.v.storage.get()), b = find(r.b.v.storage.get());
+      if (!a || !b) return;
+      st.dtype = r.dtype;
+      st.M = r.M, st.N = r.N, st.K = r.K;
+      st.a = {ir::BufferView{}, r.a.trans, r.a.ld};
+      st.b = {ir::BufferView{}, r.b.trans, r.b.ld};
+      st.a_src = *a, st.b_src = *b;
+      st.a_off = elem(r.a.v), st.b_off = elem(r.b.v);
+      st.out_src = written(r.out.storage.get());
+      st.out_off = r.out.offset;
+    }
+    if (r.kind != Recorded::Kind::matmul && !kernel_bufs(r.l, st)) return;
+    st.fn = r.fn;
+    st.variant = r.variant;
     P.steps.push_back(std::move(st));
   }
   // The nodes this realization gave values: roots (and values kept for backward).
   for (size_t j = 0; j < order.size(); ++j) {
     if (was_realized[j] || !order[j]->realized()) continue;
     const BufferView& v = *order[j]->buffer;
-    int32_t s = step_of(v.storage.get(), P.steps.size());
-    if (s < 0 || v.offset != 0 || v.strides != contiguous_strides(order[j]->shape)) return;
-    P.sets.emplace_back(static_cast<uint32_t>(j), static_cast<uint32_t>(s), v.strides);
+    auto src = find(v.storage.get());
+    if (!src) return;
+    P.sets.push_back({static_cast<uint32_t>(j), *src, v.offset, v.strides});
   }
   P.replayable = true;
 }
 
 namespace {
 
+// Memory for a replay's allocations: on the stack for the usual few.
+struct Allocations {
+  static constexpr size_t kSmall = 16;
+  std::shared_ptr<Storage> small[kSmall];
+  std::vector<std::shared_ptr<Storage>> large;
+  std::shared_ptr<Storage>* data;
+  explicit Allocations(const std::vector<size_t>& bytes) : data(small) {
+    if (bytes.size() > kSmall) {
+      large.resize(bytes.size());
+      data = large.data();
+    }
+    for (size_t a = 0; a < bytes.size(); ++a) data[a] = Storage::allocate(bytes[a]);
+  }
+};
+
 // Runs recorded steps with kernels `fns` (null: each step's own fn):
-// `leaf_data(b)` is the memory of buffer source b >= 0, `patch(step, args)`
-// may rewrite launch arguments; the steps' outputs land in `outs`.
+// `leaf_data(b)` is the memory of leaf source b >= 0, `patch(step, args)`
+// may rewrite launch arguments.
 template <class LeafData, class Patch>
-void run_steps(const std::vector<PlanStep>& steps, cpujit::KernelFn* const* fns, std::shared_ptr<Storage>* outs,
+void run_steps(const std::vector<PlanStep>& steps, cpujit::KernelFn* const* fns, const Allocations& mem,
                LeafData&& leaf_data, Patch&& patch) {
+  auto data = [&](BufSource b) -> void* { return b >= 0 ? leaf_data(b) : mem.data[-1 - b]->data(); };
   for (size_t s = 0; s < steps.size(); ++s) {
     const PlanStep& st = steps[s];
-    outs[s] = Storage::allocate(st.nbytes);
-    BufPtrs bufs(st.bufs.size());
-    for (size_t p = 0; p < st.bufs.size(); ++p) {
-      int32_t b = st.bufs[p];
-      bufs.ptrs[p] = b >= 0 ? leaf_data(b) : outs[static_cast<size_t>(-1 - b)]->data();
+    cpujit::KernelFn* fn = fns ? fns[s] : st.fn;
+    const size_t es = dtype_size(st.dtype);
+    auto at = [&](BufSource b, int64_t off) { return static_cast<std::byte*>(data(b)) + off * static_cast<int64_t>(es); };
+    if (st.kind == Recorded::Kind::matmul) {
+      gemm::rows(st.dtype, st.a, st.b, at(st.a_src, st.a_off), at(st.b_src, st.b_off), at(st.out_src, st.out_off), st.M,
+                 st.N, st.K, 0, st.M);
+      bump(&AtomicStats::matmuls);
+      continue;
     }
+    BufPtrs bufs(st.bufs.size());
+    for (size_t p = 0; p < st.bufs.size(); ++p) bufs.ptrs[p] = data(st.bufs[p]);
     int64_t small_args[64];
     std::vector<int64_t> large_args;
     int64_t* args = small_args;
@@ -172,24 +234,17 @@ void run_steps(const std::vector<PlanStep>& steps, cpujit::KernelFn* const* fns,
     }
     std::copy(st.args.begin(), st.args.end(), args);
     patch(st, args);
-    launch_kernel(fns ? fns[s] : st.fn, bufs.ptrs, args, st.args.size(), st.kernel, st.rows);
+    if (st.kind == Recorded::Kind::matmul_epilogue) {
+      banded_matmul_epilogue(st.dtype, st.a, st.b, at(st.a_src, st.a_off), at(st.b_src, st.b_off),
+                             at(st.out_src, st.out_off), st.M, st.N, st.K, fn, bufs.ptrs, args);
+      bump(&AtomicStats::matmuls);
+      bump(&AtomicStats::matmul_epilogues);
+    } else {
+      launch_kernel(fn, bufs.ptrs, args, st.args.size(), st.kernel, st.rows);
+    }
     bump(&AtomicStats::kernels_launched);
   }
 }
-
-// Step outputs: on the stack for the usual few steps.
-struct StepOutputs {
-  static constexpr size_t kSmall = 8;
-  std::shared_ptr<Storage> small[kSmall];
-  std::vector<std::shared_ptr<Storage>> large;
-  std::shared_ptr<Storage>* data;
-  explicit StepOutputs(size_t n) : data(small) {
-    if (n > kSmall) {
-      large.resize(n);
-      data = large.data();
-    }
-  }
-};
 
 // A plan over a caller's leaves: buffer sources >= 0 index the caller's leaf
 // list, and the recorded constants stand (the caller's key holds their values).
@@ -198,8 +253,8 @@ struct StepOutputs {
 class CpuLeafReplay final : public LeafReplay {
  public:
   std::vector<PlanStep> steps;
-  uint32_t out_step = 0;
-  Strides out_strides;
+  std::vector<size_t> allocs;
+  PlanSet out;
 
   // `gen`: the code generation the steps' fns belong to.
   explicit CpuLeafReplay(std::uint64_t gen) : resolved_(new Resolved{gen, {}}) {}
@@ -214,13 +269,14 @@ class CpuLeafReplay final : public LeafReplay {
     cpujit::CodeInUse in_use;
     const Resolved* r = resolved_.load(std::memory_order_acquire);
     if (r->gen != cpujit::code_generation()) r = resolve();
-    StepOutputs outs(steps.size());
+    Allocations mem(allocs);
     run_steps(
-        steps, r->fns.data(), outs.data, [&](int32_t b) { return leaves[b]->storage->data(); },
+        steps, r->fns.data(), mem, [&](BufSource b) { return leaves[b]->storage->data(); },
         [](const PlanStep&, int64_t*) {});
     BufferView v;
-    v.storage = std::move(outs.data[out_step]);
-    v.strides = out_strides;
+    v.storage = out.src >= 0 ? leaves[out.src]->storage : std::move(mem.data[-1 - out.src]);
+    v.offset = out.offset;
+    v.strides = out.strides;
     return v;
   }
 
@@ -250,35 +306,43 @@ class CpuLeafReplay final : public LeafReplay {
 }  // namespace
 
 void replay(const Plan& P, const std::vector<Node*>& order) {
-  StepOutputs outs(P.steps.size());
+  Allocations mem(P.allocs);
+  auto leaf = [&](BufSource b) -> const std::shared_ptr<Storage>& { return order[static_cast<size_t>(b)]->buffer->storage; };
   run_steps(
-      P.steps, nullptr, outs.data, [&](int32_t b) { return order[static_cast<size_t>(b)]->buffer->storage->data(); },
+      P.steps, nullptr, mem, [&](BufSource b) { return leaf(b)->data(); },
       [&](const PlanStep& st, int64_t* args) {
         for (auto [pos, node] : st.consts) args[pos] = lower::constant_bits(*order[node]);
       });
-  for (const auto& [node, step, strides] : P.sets) {
+  for (const PlanSet& s : P.sets) {
     BufferView v;
-    v.storage = outs.data[step];
-    v.strides = strides;
-    order[node]->buffer = std::move(v);
+    v.storage = s.src >= 0 ? leaf(s.src) : mem.data[-1 - s.src];
+    v.offset = s.offset;
+    v.strides = s.strides;
+    order[s.node]->buffer = std::move(v);
   }
 }
 
 std::unique_ptr<LeafReplay> leaf_replay(const Plan& P, std::uint64_t gen, const Walk& w, const ir::NodePtr& root,
                                         const std::vector<ir::NodePtr>& leaves) {
-  const auto& [node, step, strides] = P.sets[0];
-  if (static_cast<int>(node) != w.index_of(root.get())) return nullptr;
+  if (static_cast<int>(P.sets[0].node) != w.index_of(root.get())) return nullptr;
+  for (const PlanStep& st : P.steps)
+    if (st.kind != Recorded::Kind::kernel) return nullptr;  // the expression caches' replays are kernels only
   auto r = std::make_unique<CpuLeafReplay>(gen);
-  r->out_step = step;
-  r->out_strides = strides;
+  r->allocs = P.allocs;
+  r->out = P.sets[0];
+  auto to_leaf = [&](BufSource& b) {
+    if (b < 0) return true;
+    auto it = std::find_if(leaves.begin(), leaves.end(),
+                           [&](const ir::NodePtr& n) { return n.get() == w.order[static_cast<size_t>(b)]; });
+    if (it == leaves.end()) return false;  // reads a value the caller does not pass
+    b = static_cast<BufSource>(it - leaves.begin());
+    return true;
+  };
+  if (!to_leaf(r->out.src)) return nullptr;
   for (const PlanStep& st : P.steps) {
     PlanStep c = st;
-    for (int32_t& b : c.bufs) {
-      if (b < 0) continue;
-      auto it = std::find_if(leaves.begin(), leaves.end(),
-                             [&](const ir::NodePtr& n) { return n.get() == w.order[static_cast<size_t>(b)]; });
-      if (it == leaves.end()) return nullptr;  // reads a value the caller does not pass
-      b = static_cast<int32_t>(it - leaves.begin());
+    for (BufSource& b : c.bufs) {
+      if (!to_leaf(b)) return nullptr;
     }
     // The plan may come from an earlier realization with other constant
     // values: this DAG's values are the ones the caller's key holds.

@@ -19,7 +19,9 @@ def main():
     program = sys.argv[1]
     with tempfile.TemporaryDirectory() as cache:
         os.chmod(cache, 0o700)
-        env = dict(os.environ, TESSEL_TRACE="jit", TESSEL_CACHE_DIR=cache)
+        # Compiles before each launch: with background compiles a program may
+        # end before some of its kernels compiled, and their lines would be missing.
+        env = dict(os.environ, TESSEL_TRACE="jit", TESSEL_CACHE_DIR=cache, TESSEL_JIT_ASYNC="0")
         proc = subprocess.run([program], env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         print(proc.stdout, proc.stderr, sep="\n")
