@@ -313,7 +313,9 @@ class CpuBackend final : public Backend {
     cpujit::insert_if_current(gen, [&] {
       PlanCache& C = plan_cache();
       std::lock_guard<std::mutex> l(C.mu);
-      if (C.plans.size() < kMaxPlans) C.plans.emplace(hash, std::move(plan));
+      const size_t n = plan->steps.size();
+      if (C.plans.size() < kMaxPlans && C.steps + n <= kMaxPlanSteps && C.plans.emplace(hash, std::move(plan)).second)
+        C.steps += n;
     });
   }
 

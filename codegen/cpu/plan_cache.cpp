@@ -27,6 +27,7 @@ void drop_plans(cpujit::Garbage& g) {
   // Threads of the old generation may still be replaying one: freed with the code.
   g.push_back(std::make_shared<decltype(C.plans)>(std::move(C.plans)));
   C.plans.clear();
+  C.steps = 0;
 }
 
 bool Walk::build(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) {

@@ -35,6 +35,10 @@ namespace tessel::cpujit {
 
 constexpr size_t kMaxPlanNodes = 160;  // larger DAGs take the general path
 constexpr size_t kMaxPlans = 4096;    // beyond this, new forms are not planned
+// Nor beyond this many recorded steps in all: a training step's plan holds
+// dozens of kernels (each with its kernel IR), so the count alone would let
+// a program of many distinct forms hold hundreds of MB of plans.
+constexpr size_t kMaxPlanSteps = 16384;
 
 // What one launch did, for the plan cache: a kernel (its function, variant
 // and lowering, whose buffers are the storages it read and wrote), a matmul
@@ -93,6 +97,7 @@ struct Plan {
 struct PlanCache {
   std::mutex mu;
   std::unordered_map<uint64_t, std::unique_ptr<Plan>> plans;  // by key hash; a colliding key is not planned
+  size_t steps = 0;                                            // recorded steps of all plans
 };
 PlanCache& plan_cache();
 /// Hands the plans to `g`, to be freed with the code they call.
