@@ -14,20 +14,11 @@ namespace {
 
 std::vector<RankResult> run_worker(const std::string& scenario, int world, std::vector<int> linger = {}) {
   RankRun run;
-  std::string store = fresh_temp_dir("store");
-  run.argv = {TESSEL_COLLECTIVES_WORKER, scenario, "file://" + store};
+  run.argv = {TESSEL_COLLECTIVES_WORKER, scenario};
   run.world_size = world;
   run.deadline = std::chrono::seconds(60);
   run.linger_ok = std::move(linger);
-  auto results = run_ranks(run);
-  std::filesystem::remove_all(store);
-  return results;
-}
-
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
+  return run_ranks_with_file_store(std::move(run));
 }
 
 // What the worker printed as "failed after S s": from the collective's call to its DistError.

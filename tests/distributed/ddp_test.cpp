@@ -17,20 +17,10 @@ namespace {
 
 std::vector<RankResult> run_ddp(std::vector<std::string> args, int world, int deadline_s = 90) {
   RankRun run;
-  std::string store = fresh_temp_dir("store");
-  run.argv = {TESSEL_DDP_WORKER, args.at(0), "file://" + store};
-  run.argv.insert(run.argv.end(), args.begin() + 1, args.end());
+  run.argv = {TESSEL_DDP_WORKER, args.at(0)};
   run.world_size = world;
   run.deadline = std::chrono::seconds(deadline_s);
-  auto results = run_ranks(run);
-  std::filesystem::remove_all(store);
-  return results;
-}
-
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
+  return run_ranks_with_file_store(std::move(run), {args.begin() + 1, args.end()});
 }
 
 void expect_all_ok(const std::vector<RankResult>& results, int oks) {

@@ -27,12 +27,6 @@ RankResult run_launcher(std::vector<std::string> args) {
   return run_ranks(run)[0];
 }
 
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
-
 }  // namespace
 
 TEST_CASE("tessel-run starts the ranks and they meet through env://", "[distributed]") {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -98,6 +99,21 @@ std::vector<RankResult> run_ranks(const RankRun& run) {
   std::string cmd = "rm -rf '" + dir + "'";
   (void)!std::system(cmd.c_str());
   return results;
+}
+
+std::vector<RankResult> run_ranks_with_file_store(RankRun run, std::vector<std::string> after_store) {
+  const std::string store = fresh_temp_dir("store");
+  run.argv.push_back("file://" + store);
+  run.argv.insert(run.argv.end(), after_store.begin(), after_store.end());
+  auto results = run_ranks(run);
+  std::filesystem::remove_all(store);
+  return results;
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
 }
 
 }  // namespace tessel::test

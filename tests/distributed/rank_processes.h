@@ -29,5 +29,11 @@ struct RankRun {
 std::string fresh_temp_dir(const std::string& tag);
 /// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and TESSEL_NUM_THREADS=1 are set for each rank.
 std::vector<RankResult> run_ranks(const RankRun& run);
+/// run_ranks with the file:// URL of a fresh folder (where the ranks meet)
+/// appended to run.argv, then `after_store`; the folder is removed afterwards.
+std::vector<RankResult> run_ranks_with_file_store(RankRun run, std::vector<std::string> after_store = {});
+
+/// How often `what` occurs in `s` (a rank's "ok ..." and "FAIL" lines).
+int count(const std::string& s, const std::string& what);
 
 }  // namespace tessel::test
