@@ -67,21 +67,27 @@ class CpuExecutor final : public exec::StepExecutor {
 
   bool kernel_over_input() const override { return epilogue_over_product(); }
 
-  void launch(const lower::Lowered& l, exec::Role role, const Node* node) override { launch_with(l, role, node, false); }
-  bool try_launch(const lower::Lowered& l, exec::Role role, const Node* node) override {
-    return launch_with(l, role, node, true);
+  void launch(const lower::Lowered& l, exec::Role, const Node*) override { launch_with(l, false); }
+  bool try_launch(const lower::Lowered& l, exec::Role, const Node*) override { return launch_with(l, true); }
+
+  // The variant a launch of `l` needs: writing over a load param whose memory
+  // is its output's (an epilogue over its product, an update into its
+  // tensor: the aliasing variant), else streaming when it writes enough.
+  static cpujit::EmitOptions variant_for(const lower::Lowered& l, const char* pass) {
+    cpujit::EmitOptions variant;
+    for (size_t p = 1; p < l.buffers.size(); ++p)
+      if (l.buffers[p].storage == l.buffers[0].storage) {
+        TESSEL_ASSERT(pass, variant.output_alias_param < 0 && lower::reads_in_store_layout(l, p));
+        variant.output_alias_param = static_cast<int>(p);
+      }
+    // No streaming variant writes over its input.
+    variant.streaming = variant.output_alias_param < 0 && cpujit::wants_streaming(l.kernel, l.args.data(), l.rows);
+    return variant;
   }
 
   // With `may_defer`, a kernel still compiling runs nothing and gives false.
-  bool launch_with(const lower::Lowered& l, exec::Role role, const Node* node, bool may_defer) {
-    cpujit::EmitOptions variant{.streaming = cpujit::wants_streaming(l.kernel, l.args.data(), l.rows)};
-    // Written over memory it reads (run_schedule's `into`): the aliasing variant.
-    for (size_t p = 1; p < l.buffers.size(); ++p)
-      if (l.buffers[p].storage == l.buffers[0].storage) {
-        TESSEL_ASSERT("run_schedule", variant.output_alias_param < 0 && lower::reads_in_store_layout(l, p));
-        variant.output_alias_param = static_cast<int>(p);
-        variant.streaming = false;  // no streaming variant writes over its input
-      }
+  bool launch_with(const lower::Lowered& l, bool may_defer) {
+    const cpujit::EmitOptions variant = variant_for(l, "run_schedule");
     cpujit::KernelFn* fn = may_defer ? compiled_if_ready(l.kernel, variant) : compiled(l.kernel, variant);
     if (!fn) return interpreting();
     run_lowered(l, fn);
@@ -93,7 +99,6 @@ class CpuExecutor final : public exec::StepExecutor {
       r.l = l;
       record->push_back(std::move(r));
     }
-    (void)role, (void)node;
     return true;
   }
 
@@ -128,9 +133,8 @@ class CpuExecutor final : public exec::StepExecutor {
     if (record) {
       Recorded r;
       r.kind = Recorded::Kind::matmul;
-      r.dtype = n.dtype;
-      r.M = M, r.N = N, r.K = K;
-      r.a = *a, r.b = *b, r.out = out;
+      r.gemm = {n.dtype, M, N, K, *a, *b};
+      r.out = out;
       record->push_back(std::move(r));
     }
     return out;
@@ -194,13 +198,10 @@ class CpuExecutor final : public exec::StepExecutor {
   bool epilogue_with(const Node& mm, const std::vector<BufferView>& args, const BufferView& out,
                      const lower::Lowered& epi, bool may_defer) {
     // Written over the product (epilogue_over_product): the product's load
-    // param shares the output's memory, offset and strides.
-    cpujit::EmitOptions variant;
-    for (size_t p = 1; p < epi.buffers.size(); ++p)
-      if (epi.buffers[p].storage == epi.buffers[0].storage) {
-        TESSEL_ASSERT("matmul epilogue", variant.output_alias_param < 0 && lower::reads_in_store_layout(epi, p));
-        variant.output_alias_param = static_cast<int>(p);
-      }
+    // param shares the output's memory, offset and strides. Never streaming:
+    // a band (half of L2) is far below kStreamBytes.
+    cpujit::EmitOptions variant = variant_for(epi, "matmul epilogue");
+    variant.streaming = false;
     cpujit::KernelFn* fn = may_defer ? compiled_if_ready(epi.kernel, variant) : compiled(epi.kernel, variant);
     if (!fn) return interpreting();
     matmul_with_epilogue(mm, args, out, epi, fn);
@@ -210,10 +211,8 @@ class CpuExecutor final : public exec::StepExecutor {
       r.fn = fn;
       r.variant = variant;
       r.l = epi;
-      r.dtype = mm.dtype;
-      r.M = mm.args[0]->shape.dims[0], r.K = mm.args[0]->shape.dims[1], r.N = mm.shape.dims[1];
-      r.a = *gemm::operand(mm.args[0]->shape, args[0]);
-      r.b = *gemm::operand(mm.args[1]->shape, args[1]);
+      r.gemm = {mm.dtype, mm.args[0]->shape.dims[0], mm.shape.dims[1], mm.args[0]->shape.dims[1],
+                *gemm::operand(mm.args[0]->shape, args[0]), *gemm::operand(mm.args[1]->shape, args[1])};
       r.out = out;
       record->push_back(std::move(r));
     }

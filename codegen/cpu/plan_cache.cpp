@@ -157,19 +157,16 @@ void make_plan(Plan& P, const std::vector<Node*>& order, const std::vector<bool>
     st.rows = l.rows;
     return true;
   };
-  const auto elem = [](const ir::BufferView& v) { return v.offset; };
   for (const Recorded& r : rec) {
     PlanStep st;
     st.kind = r.kind;
     if (r.kind != Recorded::Kind::kernel) {
-      auto a = find(r.a.v.storage.get()), b = find(r.b.v.storage.get());
+      auto a = find(r.gemm.a.v.storage.get()), b = find(r.gemm.b.v.storage.get());
       if (!a || !b) return;
-      st.dtype = r.dtype;
-      st.M = r.M, st.N = r.N, st.K = r.K;
-      st.a = {ir::BufferView{}, r.a.trans, r.a.ld};
-      st.b = {ir::BufferView{}, r.b.trans, r.b.ld};
+      st.gemm = r.gemm;
+      st.gemm.a.v = st.gemm.b.v = ir::BufferView{};  // the replay's memory is its own
       st.a_src = *a, st.b_src = *b;
-      st.a_off = elem(r.a.v), st.b_off = elem(r.b.v);
+      st.a_off = r.gemm.a.v.offset, st.b_off = r.gemm.b.v.offset;
       st.out_src = written(r.out.storage.get());
       st.out_off = r.out.offset;
     }
@@ -216,11 +213,12 @@ void run_steps(const std::vector<PlanStep>& steps, cpujit::KernelFn* const* fns,
   for (size_t s = 0; s < steps.size(); ++s) {
     const PlanStep& st = steps[s];
     cpujit::KernelFn* fn = fns ? fns[s] : st.fn;
-    const size_t es = dtype_size(st.dtype);
+    const GemmForm& g = st.gemm;
+    const size_t es = dtype_size(g.dtype);
     auto at = [&](BufSource b, int64_t off) { return static_cast<std::byte*>(data(b)) + off * static_cast<int64_t>(es); };
     if (st.kind == Recorded::Kind::matmul) {
-      gemm::rows(st.dtype, st.a, st.b, at(st.a_src, st.a_off), at(st.b_src, st.b_off), at(st.out_src, st.out_off), st.M,
-                 st.N, st.K, 0, st.M);
+      gemm::rows(g.dtype, g.a, g.b, at(st.a_src, st.a_off), at(st.b_src, st.b_off), at(st.out_src, st.out_off), g.M, g.N,
+                 g.K, 0, g.M);
       bump(&AtomicStats::matmuls);
       continue;
     }
@@ -236,8 +234,8 @@ void run_steps(const std::vector<PlanStep>& steps, cpujit::KernelFn* const* fns,
     std::copy(st.args.begin(), st.args.end(), args);
     patch(st, args);
     if (st.kind == Recorded::Kind::matmul_epilogue) {
-      banded_matmul_epilogue(st.dtype, st.a, st.b, at(st.a_src, st.a_off), at(st.b_src, st.b_off),
-                             at(st.out_src, st.out_off), st.M, st.N, st.K, fn, bufs.ptrs, args);
+      banded_matmul_epilogue(g.dtype, g.a, g.b, at(st.a_src, st.a_off), at(st.b_src, st.b_off),
+                             at(st.out_src, st.out_off), g.M, g.N, g.K, fn, bufs.ptrs, args);
       bump(&AtomicStats::matmuls);
       bump(&AtomicStats::matmul_epilogues);
     } else {

@@ -44,16 +44,21 @@ constexpr size_t kMaxPlanSteps = 16384;
 // and lowering, whose buffers are the storages it read and wrote), a matmul
 // (its operands in BLAS form and its dense output), or a matmul with its
 // epilogue (both).
+// A 2-D product C = A @ B, [M, K] x [K, N], with its operands in BLAS form.
+struct GemmForm {
+  DType dtype = DType::f32;
+  int64_t M = 0, N = 0, K = 0;
+  gemm::Operand a, b;
+};
+
 struct Recorded {
   enum class Kind : uint8_t { kernel, matmul, matmul_epilogue };
   Kind kind = Kind::kernel;
   cpujit::KernelFn* fn = nullptr;  // the kernel or the epilogue
   cpujit::EmitOptions variant;
   lower::Lowered l;
-  DType dtype = DType::f32;  // matmuls: C = A @ B, [M, K] x [K, N]
-  int64_t M = 0, N = 0, K = 0;
-  gemm::Operand a, b;
-  ir::BufferView out;
+  GemmForm gemm;       // matmuls
+  ir::BufferView out;  // a matmul's dense product
 };
 
 // Where a buffer of a replayed step comes from: a leaf of the walk (>= 0, its
@@ -69,10 +74,9 @@ struct PlanStep {
   std::vector<std::pair<uint32_t, uint32_t>> consts;    // (argument index, node with that constant's value)
   std::vector<BufSource> bufs;                          // per param of the kernel
   int64_t rows = 0;
-  // Matmuls: operand sources with their element offsets, and the product's.
-  DType dtype = DType::f32;
-  int64_t M = 0, N = 0, K = 0;
-  gemm::Operand a, b;  // trans and ld (their views are not kept)
+  // Matmuls: the product's form (operand views not kept), the operands'
+  // sources with their element offsets, and the product's.
+  GemmForm gemm;
   BufSource a_src = 0, b_src = 0, out_src = 0;
   int64_t a_off = 0, b_off = 0, out_off = 0;
 };
