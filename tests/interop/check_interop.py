@@ -59,6 +59,17 @@ def check(ok, what):
     return ok
 
 
+def load_strict(model, sd, fname):
+    """torch's load_state_dict(strict=True) of `sd` into `model`, checked."""
+    try:
+        model.load_state_dict(sd, strict=True)
+        loaded = True
+    except RuntimeError as e:
+        loaded = False
+        print(e)
+    return check(loaded, f"{fname}: torch load_state_dict(strict=True)")
+
+
 def run_tool(tool, *args):
     r = subprocess.run([tool, *map(str, args)], capture_output=True, text=True)
     if r.returncode != 0:
@@ -199,13 +210,7 @@ def check_torch_loads_tessel_mlp(d):
     for fname, model, y_name in [("mlp.safetensors", mlp, "y"), ("mlp_tied.safetensors", tied, "y_tied")]:
         path = d / fname
         _, _, sd = expand_aliases(path, pt_load(str(path)))
-        try:
-            model.load_state_dict(sd, strict=True)
-            loaded = True
-        except RuntimeError as e:
-            loaded = False
-            print(e)
-        if not check(loaded, f"{fname}: torch load_state_dict(strict=True)"):
+        if not load_strict(model, sd, fname):
             continue
         with torch.no_grad():
             y = model(x)
@@ -271,13 +276,7 @@ def check_torch_loads_tessel_model(d, name, model, bn):
     keys = json.loads(meta.get("tessel.keys", "null"))
     check(keys == list(model.state_dict()),
           f"{fname}: tessel.keys are torch's state_dict keys in order ({keys})")
-    try:
-        model.load_state_dict(sd, strict=True)
-        loaded = True
-    except RuntimeError as e:
-        loaded = False
-        print(e)
-    if not check(loaded, f"{fname}: torch load_state_dict(strict=True)"):
+    if not load_strict(model, sd, fname):
         return
     nbt = sd[f"{bn}.num_batches_tracked"]
     check(nbt.dtype == torch.int64 and nbt.dim() == 0 and int(nbt) == 3,
@@ -339,13 +338,7 @@ def check_torch_loads_tessel_transformer(d):
         keys = json.loads(meta.get("tessel.keys", "null"))
         check(keys == list(model.state_dict()),
               f"{fname}: tessel.keys are torch's state_dict keys in order ({keys})")
-        try:
-            model.load_state_dict(sd, strict=True)
-            loaded = True
-        except RuntimeError as e:
-            loaded = False
-            print(e)
-        if not check(loaded, f"{fname}: torch load_state_dict(strict=True)"):
+        if not load_strict(model, sd, fname):
             continue
         model.eval()
         # With gradients on, torch takes its composite path; under no_grad
@@ -432,13 +425,7 @@ def check_torch_loads_tessel_gpt(d):
           f"{fname}: tessel.keys are torch's state_dict keys in order ({keys})")
     check(aliases == {"lm_head.weight": "transformer.wte.weight"} and "lm_head.weight" not in stored,
           f"{fname}: the tied lm_head.weight is stored once, as an alias of transformer.wte.weight ({aliases})")
-    try:
-        model.load_state_dict(sd, strict=True)
-        loaded = True
-    except RuntimeError as e:
-        loaded = False
-        print(e)
-    if not check(loaded, f"{fname}: torch load_state_dict(strict=True)"):
+    if not load_strict(model, sd, fname):
         return
     check(model.lm_head.weight is model.transformer.wte.weight, "gpt: torch's lm_head stays tied after loading")
     model.eval()
