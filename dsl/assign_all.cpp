@@ -28,36 +28,37 @@ void assign_all_(const std::vector<Tensor>& dsts, std::vector<Tensor>&& values) 
   if (dsts.size() != values.size())
     throw ValueError(fmt::format("assign_all_: {} destinations but {} values; pass one value per destination",
                                  dsts.size(), values.size()));
-  std::vector<size_t> plain;
-  for (size_t i = 0; i < dsts.size(); ++i) {
+  const size_t count = dsts.size();
+  bool all_plain = true;
+  for (size_t i = 0; i < count; ++i) {
     if (!dsts[i].defined() || !values[i].defined())
       throw ValueError(fmt::format("assign_all_: {} {} is an undefined tensor; give it a value first",
                                    dsts[i].defined() ? "value" : "destination", i));
-    if (plain_write(dsts[i], values[i])) plain.push_back(i);
+    all_plain = all_plain && plain_write(dsts[i], values[i]);
   }
-  if (plain.size() < dsts.size()) {  // every value first, from the memory as it is, then assign_ each
+  if (!all_plain) {  // every value first, from the memory as it is, then assign_ each
     realize(values);
-    for (size_t i = 0; i < dsts.size(); ++i) dsts[i].assign_(values[i]);
+    for (size_t i = 0; i < count; ++i) dsts[i].assign_(values[i]);
     values.clear();
     return;
   }
   // Pending values go into one realization per device.
   std::unordered_map<const ir::Node*, int> refs;  // uses of each node inside the values' graphs
   std::vector<ir::NodePtr> roots;
-  for (size_t i : plain) roots.push_back(values[i].node());
+  for (const Tensor& v : values) roots.push_back(v.node());
   for (ir::Node* n : ir::topo_order(roots))
     for (const auto& a : n->args) ++refs[a.get()];
   roots.clear();  // holds no node from here on (use counts below)
   std::unordered_set<const ir::Node*> own;
   std::vector<const Storage*> storages;
-  for (size_t i : plain) {
+  for (size_t i = 0; i < count; ++i) {
     own.insert(values[i].node().get());
     storages.push_back(dsts[i].buffer().storage.get());
   }
   // Other lazy readers of the destinations see the old bytes.
   realize_readers_of(storages, own);
   std::vector<std::pair<Device, std::vector<size_t>>> groups;
-  for (size_t i : plain) {
+  for (size_t i = 0; i < count; ++i) {
     auto g = std::find_if(groups.begin(), groups.end(), [&](auto& x) { return x.first == dsts[i].device(); });
     if (g == groups.end()) g = groups.insert(groups.end(), {dsts[i].device(), {}});
     if (!values[i].node()->realized()) g->second.push_back(i);
@@ -76,7 +77,7 @@ void assign_all_(const std::vector<Tensor>& dsts, std::vector<Tensor>&& values) 
     }
     backend_for(device).realize_into(vs, into);
   }
-  for (size_t i : plain) {
+  for (size_t i = 0; i < count; ++i) {
     const Tensor& dst = dsts[i];
     const ir::BufferView& d = dst.buffer();
     const ir::BufferView& v = *values[i].node()->buffer;
