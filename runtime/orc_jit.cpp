@@ -42,6 +42,8 @@
 #include <llvm/Transforms/Vectorize/LoopVectorize.h>
 #include <llvm/Transforms/Utils/InjectTLIMappings.h>
 #include <llvm/Transforms/Vectorize/SLPVectorizer.h>
+#include <llvm/Object/ObjectFile.h>
+#include <llvm/Object/SymbolSize.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -50,6 +52,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include "runtime/errors.h"
+#include "runtime/perf_map.h"
 #include "runtime/trace.h"
 
 namespace tessel {
@@ -333,6 +336,7 @@ struct OrcJit::Impl {
   // The pipeline and code generation, for `tm`; `phases` as above.
   std::vector<char> compile_object(llvm::Module& m, llvm::TargetMachine& tm, OrcJitStats* phases);
   std::unique_ptr<llvm::TargetMachine> object_target_machine(const ObjectTarget& target) const;
+  void name_for_profilers(llvm::orc::JITDylib& jd, const std::vector<char>& object, const std::string& hex);
   JitKernel obtain(const KernelKey& key, std::string_view symbol,
                    const std::function<ModulePair()>& produce);
 };
@@ -597,6 +601,35 @@ std::vector<char> OrcJit::Impl::compile_object(llvm::Module& m, llvm::TargetMach
   return std::vector<char>(buffer.begin(), buffer.end());
 }
 
+// Names every function of a linked kernel object in the profiler's map
+// (TESSEL_PERF_MAP): sizes from the object's symbol table, addresses from the JIT.
+void OrcJit::Impl::name_for_profilers(llvm::orc::JITDylib& jd, const std::vector<char>& object,
+                                      const std::string& hex) {
+  auto file = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "kernel"));
+  if (!file) {
+    llvm::consumeError(file.takeError());
+    return;
+  }
+  for (const auto& [sym, size] : llvm::object::computeSymbolSizes(**file)) {
+    auto type = sym.getType();
+    auto name = sym.getName();
+    if (!type || !name || *type != llvm::object::SymbolRef::ST_Function) {
+      if (!type) llvm::consumeError(type.takeError());
+      if (!name) llvm::consumeError(name.takeError());
+      continue;
+    }
+    auto addr = jit->lookup(jd, *name);
+    if (!addr) {
+      llvm::consumeError(addr.takeError());
+      continue;
+    }
+    // Kernel symbols carry their key already (tessel_k_<key>); a helper symbol gets it added.
+    const std::string named = name->contains(hex) ? name->str() : fmt::format("{}@{}", name->str(), hex);
+    detail::perf_map_add(addr->getValue(), size, named);
+  }
+}
+
 JitKernel OrcJit::Impl::obtain(const KernelKey& key, std::string_view symbol,
                                const std::function<ModulePair()>& produce) {
   bool ran = false;
@@ -663,6 +696,7 @@ JitKernel OrcJit::Impl::obtain(const KernelKey& key, std::string_view symbol,
         }
         llvm::orc::JITDylib& jd = *linked.first;
         llvm::orc::ExecutorAddr addr = linked.second;
+        if (detail::perf_map_enabled()) name_for_profilers(jd, *object, hex);
         out.dylib = &jd;
         out.address = addr.toPtr<void*>();
         out.load_ms = ms_since(t1);
