@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <iterator>
 #include <unordered_set>
 
 #include "runtime/errors.h"
@@ -326,6 +327,56 @@ struct RowGrouper {
 };
 }  // namespace
 
+namespace {
+// A node marked only for having several consumers needs no memory when
+// every consumer is computed elementwise, at the same element, in one and the
+// same kernel: lowering emits a node once per index map, so that kernel
+// computes it once (a max pool's running maximum is read by a compare, a NaN
+// test and a select; batch norm's centred input by its square and its scale).
+// Consumers first, each node's kernel is found: its own when it is
+// materialized, else the one kernel all its consumers are in, if there is one.
+// Consumers that move or index it (expand, slice, pad, cat) read it at other
+// elements, which would compute it again, so they keep it in memory.
+void share_within_kernels(Schedule& S, const std::vector<ir::NodePtr>& roots,
+                          const std::unordered_set<Node*>& pinned) {
+  auto& M = S.materialized;
+  std::unordered_map<Node*, std::vector<Node*>> users;
+  for (Node* n : S.order)
+    if (!n->realized())
+      for (auto& a : n->args) users[a.get()].push_back(n);
+  std::unordered_set<Node*> root_set;
+  for (auto& r : roots) root_set.insert(r.get());
+  std::unordered_map<Node*, Node*> kernel_of;
+  for (auto it = S.order.rbegin(); it != S.order.rend(); ++it) {
+    Node* n = *it;
+    if (n->realized()) continue;
+    const bool marked = M.count(n) > 0;
+    if (marked && (pinned.count(n) || root_set.count(n) || !ir::is_pointwise(n->op))) {
+      kernel_of[n] = n;
+      continue;
+    }
+    Node* kernel = nullptr;
+    for (Node* u : users[n]) {
+      auto k = kernel_of.find(u);
+      const bool same_element = ir::is_elementwise(u->op) || (ir::is_reduction(u->op) && M.count(u));
+      if (!same_element || k == kernel_of.end() || (kernel && kernel != k->second)) {
+        kernel = nullptr;
+        break;
+      }
+      kernel = k->second;
+    }
+    if (!marked) {
+      if (kernel) kernel_of[n] = kernel;
+    } else if (kernel) {
+      M.erase(n);
+      kernel_of[n] = kernel;
+    } else {
+      kernel_of[n] = n;
+    }
+  }
+}
+}  // namespace
+
 bool fusion_enabled_by_env() {
   static const bool on = [] {
     const char* e = std::getenv("TESSEL_FUSION");
@@ -391,49 +442,67 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     }
   };
   cut_view_sources();
-  // Input and size limits, producers first: loads[n] = buffers read to
-  // compute n in a kernel, ops[n] = nodes that kernel computes for it.
-  std::unordered_map<Node*, int> loads, ops;
+  if (opts.fuse) share_within_kernels(S, roots, pinned);
+  // Input and size limits, producers first: reads[n] = buffers read to
+  // compute n in a kernel, computes[n] = nodes that kernel computes for it.
+  // Both are sets (sorted), since a node shared inside a kernel is read or
+  // computed once.
+  using NodeSet = std::vector<Node*>;
+  std::unordered_map<Node*, NodeSet> reads, computes;
   auto inlined = [&](Node* a) { return !a->realized() && !M.count(a); };
-  auto cost = [&](Node* a) { return !inlined(a) ? (a->op == Op::Constant && !a->realized() ? 0 : 1) : loads[a]; };
+  auto unite = [](const NodeSet& a, const NodeSet& b) {
+    NodeSet u;
+    u.reserve(a.size() + b.size());
+    std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(u));
+    return u;
+  };
+  // What a kernel computing a reads from memory for it.
+  auto reads_for = [&](Node* a) -> NodeSet {
+    if (inlined(a)) return reads[a];
+    if (a->op == Op::Constant && !a->realized()) return {};
+    return {a};
+  };
   for (Node* n : S.order) {
     if (n->realized()) continue;
-    if (n->op == Op::Constant) { loads[n] = 0; ops[n] = 1; continue; }
-    if (ir::op_category(n->op) == Category::Movement && n->op == Op::Reshape) { loads[n] = 1; ops[n] = 1; continue; }
-    if (!(ir::is_pointwise(n->op) || ir::op_category(n->op) == Category::Movement || ir::is_reduction(n->op))) {
-      loads[n] = 1;
-      ops[n] = 1;
+    if (n->op == Op::Constant) {
+      computes[n] = {n};
+      continue;
+    }
+    if (!(ir::is_pointwise(n->op) || ir::op_category(n->op) == Category::Movement || ir::is_reduction(n->op)) ||
+        n->op == Op::Reshape) {
+      reads[n] = {n};  // a reshape is read from its source's memory
+      computes[n] = {n};
       continue;
     }
     // Compile time grows faster than the kernel (measured: a 1,000-node chain
     // in one kernel 0.25 s, 2,000 nodes 0.75 s), so large trees are cut into
     // kernels of at most max_ops nodes: compile time linear in the graph.
     while (true) {
-      int total = 1;
+      NodeSet total{n};
       Node* largest = nullptr;
       for (auto& a : n->args) {
         if (!inlined(a.get())) continue;
-        total += ops[a.get()];
-        if (!largest || ops[a.get()] > ops[largest]) largest = a.get();
+        total = unite(total, computes[a.get()]);
+        if (!largest || computes[a.get()].size() > computes[largest].size()) largest = a.get();
       }
-      if (total <= opts.max_ops || !largest) {
-        ops[n] = total;
+      if (static_cast<int>(total.size()) <= opts.max_ops || !largest) {
+        computes[n] = std::move(total);
         break;
       }
-      mark(largest, fmt::format("size limit {} nodes (would compute {})", opts.max_ops, total));
+      mark(largest, fmt::format("size limit {} nodes (would compute {})", opts.max_ops, total.size()));
     }
     while (true) {
-      int total = 0;
+      NodeSet total;
       Node* worst = nullptr;
       for (auto& a : n->args) {
-        total += cost(a.get());
-        if (inlined(a.get()) && (!worst || loads[a.get()] > loads[worst])) worst = a.get();
+        total = unite(total, reads_for(a.get()));
+        if (inlined(a.get()) && (!worst || reads[a.get()].size() > reads[worst].size())) worst = a.get();
       }
-      if (total <= opts.max_inputs || !worst) {
-        loads[n] = total;
+      if (static_cast<int>(total.size()) <= opts.max_inputs || !worst) {
+        reads[n] = std::move(total);
         break;
       }
-      mark(worst, fmt::format("input limit {} (would read {})", opts.max_inputs, total));
+      mark(worst, fmt::format("input limit {} (would read {})", opts.max_inputs, total.size()));
     }
   }
   // The limits may have cut at a view (a window of a concatenation, say):
