@@ -312,8 +312,11 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
   seen.insert(root.get());
   while (!stack.empty()) {
     auto& [n, next] = stack.back();
-    if (next < n->args.size()) {
-      const NodePtr& a = n->args[next++];
+    // A node with grad_via passes its gradient only to that graph.
+    const size_t below = n->grad_via ? 1 : n->args.size();
+    if (next < below) {
+      const NodePtr& a = n->grad_via ? n->grad_via : n->args[next];
+      ++next;
       if (a->requires_grad && seen.insert(a.get()).second) stack.push_back({a, 0});
       continue;
     }
@@ -334,6 +337,11 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
     if (found == grad.end()) continue;
     NodePtr g = found->second;
     if (!n->owner.expired()) out.push_back({n.get(), g});
+    if (n->grad_via) {
+      auto [slot, fresh] = grad.try_emplace(n->grad_via.get(), g);
+      if (!fresh) slot->second = bin(Op::Add, slot->second, g);
+      continue;
+    }
     if (n->args.empty()) continue;
     std::vector<NodePtr> parts = derivative(n, g);
     for (size_t i = 0; i < n->args.size(); ++i) {

@@ -167,6 +167,17 @@ NodePtr where(NodePtr cond, NodePtr a, NodePtr b) {
   return cast(std::move(r), common);
 }
 
+NodePtr with_gradient_via(NodePtr value, NodePtr surrogate) {
+  TESSEL_ASSERT("builders", !value->realized() && !value->requires_grad && !value->grad_via);
+  TESSEL_ASSERT("builders", value->shape == surrogate->shape && value->dtype == surrogate->dtype);
+  if (!(surrogate->requires_grad && grad_enabled())) return value;
+  // A copy, so a node someone else holds never changes what it differentiates to.
+  auto n = std::make_shared<Node>(*value);
+  n->requires_grad = true;
+  n->grad_via = std::move(surrogate);
+  return n;
+}
+
 NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
   TESSEL_ASSERT("builders", op_category(op) == Category::Reduce);
   std::string_view name = op_name(op);

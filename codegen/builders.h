@@ -57,6 +57,13 @@ NodePtr attention(NodePtr q, NodePtr k, NodePtr v, NodePtr mask, const Attention
 /// The packed q, k, v gradients of Attention node `fwd` from the output's
 /// gradient g [*, Tq, Dv].
 NodePtr attention_grad(NodePtr fwd, NodePtr g);
+/// `value`'s numbers with `surrogate`'s derivative: backward sends the gradient
+/// of the result through `surrogate` (same shape and dtype), which forward
+/// never computes. `value` must be pending and computed without gradients
+/// (built under NoGradGuard), e.g. a max pool:
+///   { NoGradGuard g; v = <running where over the windows>; }
+///   y = with_gradient_via(v, sum(where(first_max_mask, x_windows, 0), window axes));
+NodePtr with_gradient_via(NodePtr value, NodePtr surrogate);
 /// torch.matmul semantics: 1-D operands, 2-D, batched with broadcast batch dims.
 NodePtr matmul(NodePtr a, NodePtr b);
 /// 2-D convolution of x [n, c, h, w] with w [o, c / groups, kh, kw] (the DSL's

@@ -26,11 +26,13 @@ Node::~Node() {
   std::vector<NodePtr> doomed;
   for (NodePtr& a : args)
     if (a.use_count() == 1) doomed.push_back(std::move(a));
+  if (grad_via && grad_via.use_count() == 1) doomed.push_back(std::move(grad_via));
   while (!doomed.empty()) {
     NodePtr n = std::move(doomed.back());
     doomed.pop_back();
     for (NodePtr& a : n->args)
       if (a.use_count() == 1) doomed.push_back(std::move(a));
+    if (n->grad_via && n->grad_via.use_count() == 1) doomed.push_back(std::move(n->grad_via));
     n->args.clear();  // n dies here with no uniquely held args: no recursion
   }
 }

@@ -349,6 +349,13 @@ struct Node {
 
   // Autograd: true when a gradient flows to some leaf below.
   bool requires_grad = false;
+  // Autograd: when set, the gradient reaching this node goes on through
+  // `grad_via` (same shape and dtype) instead of through this node's op and
+  // args. It is a derivative-only graph: no forward realization reaches it, so
+  // an op can compute its value one way and differentiate another (a max pool
+  // is a running where() forward and a one-kernel scatter of its first maxima
+  // backward). Set through ir::with_gradient_via.
+  NodePtr grad_via;
   // Leaf identity for autograd: the tensor that receives this leaf's gradient.
   std::weak_ptr<void> owner;
   // Keeps `owner` alive when no user tensor does: the relay that hands a

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "codegen/builders.h"
+#include "codegen/grad_mode.h"
 #include "dsl/expr.h"
 #include "dsl/indexing.h"
 #include "dsl/windows.h"
@@ -53,35 +55,64 @@ Scalar lowest(DType t) {
 // The maximum of each window and the position of its first maximum (a NaN
 // counts as the maximum, as in PyTorch): a running choice over the window's
 // strided views in PyTorch's order, v = where(s_k > v, s_k, v), so the whole
-// pool is one elementwise kernel reading its input kernel-size times, and
-// the gradient goes through the choices to the first maximum only, as
-// PyTorch's does (a plain max would share it between ties).
+// pool is one elementwise kernel reading its input kernel-size times.
+// The gradient goes to the first maximum only, as PyTorch's does (a plain max
+// would share it between ties). Differentiating the running choice itself
+// would keep every choice and every partial maximum for backward and add up
+// kernel-size shifted copies of the gradient; for windows that tile the
+// input (stride == kernel, no padding or dilation: LeNet's pools) the value
+// is computed without gradients instead and differentiated as
+//   sum over the window of where(position == first maximum, x, 0),
+// whose backward is one elementwise kernel over the input.
 Tensor::ValuesIndices max_pool_impl(const Tensor& input, Size2 k, const MaxPool2dOptions& o, bool want_indices) {
   constexpr std::string_view op = "max_pool2d";
   auto [x, unbatched] = detail::batched_4d(op, input);
-  PoolGeometry g = pool_geometry(op, x, k, o.stride.value_or(k), o.padding, o.dilation, o.ceil_mode);
-  std::vector<Tensor> views = detail::window_views(x, 2, 3, g.h, g.w, lowest(x.dtype()));
-  Tensor values = views[0];
-  // With indices: the chosen view's offset in the flattened H x W plane,
-  // kh * dh * W + kw * dw (view i is kh = i / KW, kw = i % KW).
-  Tensor which;
+  const Size2 s = o.stride.value_or(k);
+  PoolGeometry g = pool_geometry(op, x, k, s, o.padding, o.dilation, o.ceil_mode);
+  const bool tiles = s.h == k.h && s.w == k.w && o.padding.h == 0 && o.padding.w == 0 && o.dilation.h == 1 &&
+                     o.dilation.w == 1 && g.h.out * k.h <= g.h.size && g.w.out * k.w <= g.w.size;
+  const bool via_first_max = tiles && grad_enabled() && x.requires_grad() && is_floating(x.dtype());
+  // local: the chosen view's number i (kh = i / KW, kw = i % KW); which: its
+  // offset in the flattened H x W plane, kh * dh * W + kw * dw.
+  Tensor values, local, which;
   const int64_t W = x.size(3);
-  auto offset = [&](size_t i) {
-    const int64_t kh = static_cast<int64_t>(i) / k.w, kw = static_cast<int64_t>(i) % k.w;
-    return kh * o.dilation.h * W + kw * o.dilation.w;
-  };
-  if (want_indices)
-    which = Tensor::from_node(ir::constant(ir::ScalarValue::of_int(0), DType::i64, values.shape()), x.device());
-  for (size_t i = 1; i < views.size(); ++i) {
-    Tensor take = views[i] > values;
-    if (is_floating(x.dtype()))
-      take = binary_op(ir::Op::Or, take, binary_op(ir::Op::And, views[i].isnan(), logical_not(values.isnan())));
-    values = where(take, views[i], values);
-    if (want_indices) which = masked_fill(which, take, offset(i));
+  {
+    std::optional<NoGradGuard> no_grad;
+    if (via_first_max) no_grad.emplace();
+    std::vector<Tensor> views = detail::window_views(x, 2, 3, g.h, g.w, lowest(x.dtype()));
+    values = views[0];
+    auto zeros_i64 = [&] {
+      return Tensor::from_node(ir::constant(ir::ScalarValue::of_int(0), DType::i64, values.shape()), x.device());
+    };
+    if (via_first_max) local = zeros_i64();
+    if (want_indices) which = zeros_i64();
+    for (size_t i = 1; i < views.size(); ++i) {
+      Tensor take = views[i] > values;
+      if (is_floating(x.dtype()))
+        take = binary_op(ir::Op::Or, take, binary_op(ir::Op::And, views[i].isnan(), logical_not(values.isnan())));
+      values = where(take, views[i], values);
+      const int64_t kh = static_cast<int64_t>(i) / k.w, kw = static_cast<int64_t>(i) % k.w;
+      if (via_first_max) local = masked_fill(local, take, static_cast<int64_t>(i));
+      if (want_indices) which = masked_fill(which, take, kh * o.dilation.h * W + kw * o.dilation.w);
+    }
+  }
+  if (via_first_max) {
+    const int64_t N = x.size(0), C = x.size(1), OH = g.h.out, OW = g.w.out;
+    Tensor tiled = x;
+    if (OH * k.h < g.h.size) tiled = tiled.slice(2, 0, OH * k.h);
+    if (OW * k.w < g.w.size) tiled = tiled.slice(3, 0, OW * k.w);
+    Tensor windows = tiled.reshape({N, C, OH, k.h, OW, k.w});
+    // Each element's number in its window, kh * KW + kw: index arithmetic
+    // inside the kernel that reads it, no memory.
+    const Shape in_window{1, 1, 1, k.h, 1, k.w};
+    Tensor position = Tensor::from_node(ir::iota(in_window, 3), x.device()) * k.w +
+                      Tensor::from_node(ir::iota(in_window, 5), x.device());
+    Tensor first_max = local.reshape({N, C, OH, 1, OW, 1}) == position;
+    Tensor surrogate = where(first_max, windows, 0.0).sum({3, 5});
+    values = Tensor::from_node(ir::with_gradient_via(values.node(), surrogate.node()), x.device());
   }
   if (want_indices) {
     // Plus where the window starts: row oh*sh - ph, column ow*sw - pw.
-    const Size2 s = o.stride.value_or(k);
     Tensor oh = arange(g.h.out, DType::i64, x.device()).reshape({-1, 1});
     Tensor ow = arange(g.w.out, DType::i64, x.device()).reshape({1, -1});
     which = which + ((oh * s.h - o.padding.h) * W + (ow * s.w - o.padding.w));

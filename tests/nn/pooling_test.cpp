@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "codegen/backend.h"
+#include "codegen/cpu/jit_stats.h"
 #include "dsl/nn/pooling.h"
 #include "dsl/pooling.h"
 
@@ -87,6 +89,57 @@ TEST_CASE("max_pool2d with ties: the index and the gradient go to the first maxi
   Tensor x2 = leaf(tensor({{{{1., 1., 2., 2.}, {1., 1., 2., 2.}, {0., 3., 3., 0.}}}}, DType::f64));
   max_pool2d(x2, 2, {.stride = 1}).sum().backward();
   check_values(x2.grad(), {1, 1, 3, 4}, {1., 0., 2., 0., 0., 0., 0., 0., 0., 2., 1., 0.});
+}
+
+TEST_CASE("max_pool2d over windows that tile the input: ties, a NaN, and the gradient in one backward kernel",
+          "[nn][pool]") {
+  // stride == kernel: the value is a running choice computed without
+  // gradients and the gradient a scatter to each window's first maximum.
+  const double nan = std::nan("");
+  Tensor x = leaf(tensor({{{{1., 1., 2., 5.}, {1., 0., 5., 5.}, {nan, 3., 7., 7.}, {3., 3., 7., 6.}}}}, DType::f64));
+  auto [y, idx] = max_pool2d_with_indices(x, 2);
+  REQUIRE(dims(y) == std::vector<int64_t>{1, 1, 2, 2});
+  std::vector<double> got = vals(y);
+  CHECK(got[0] == 1.);
+  CHECK(got[1] == 5.);
+  CHECK(std::isnan(got[2]));
+  CHECK(got[3] == 7.);
+  check_indices(idx, {1, 1, 2, 2}, {0, 3, 8, 10});
+  y.eval();
+  reset_cpu_jit_stats();
+  y.backward(tensor({{{{1., 2.}, {3., 4.}}}}, DType::f64));
+  Tensor g = x.grad();
+  g.eval();
+  // The first maximum of each window per row-major order within the window
+  // (5 at column 3 before the 5s below it; the NaN before every number).
+  check_values(g, {1, 1, 4, 4}, {1., 0., 0., 2., 0., 0., 0., 0., 3., 0., 4., 0., 0., 0., 0., 0.});
+  // Each window's first maximum, and the scatter: two kernels, not one per window element.
+  if (cpu_backend().name() == "cpu") CHECK(cpu_jit_stats().kernels_launched == 2);
+}
+
+TEST_CASE("max_pool2d over tiling windows of an input they do not cover (5 x 5, kernel 2): the last row and column "
+          "get no gradient",
+          "[nn][pool]") {
+  Tensor x = leaf(pat({2, 1, 5, 5}));
+  Tensor y = max_pool2d(x, 2);
+  REQUIRE(dims(y) == std::vector<int64_t>{2, 1, 2, 2});
+  (y * y).sum().backward();
+  // Expected: every window's maximum (values distinct) gets 2 * max.
+  std::vector<double> xv = vals(x), want(xv.size(), 0.0), ys;
+  for (int n = 0; n < 2; ++n)
+    for (int oh = 0; oh < 2; ++oh)
+      for (int ow = 0; ow < 2; ++ow) {
+        size_t best = 0;
+        for (int i = 0; i < 2; ++i)
+          for (int j = 0; j < 2; ++j) {
+            size_t at = static_cast<size_t>(n * 25 + (2 * oh + i) * 5 + 2 * ow + j);
+            if ((i == 0 && j == 0) || xv[at] > xv[best]) best = at;
+          }
+        want[best] = 2 * xv[best];
+        ys.push_back(xv[best]);
+      }
+  check_values(y, {2, 1, 2, 2}, ys);
+  check_values(x.grad(), {2, 1, 5, 5}, want);
 }
 
 TEST_CASE("max_pool2d keeps f32 and reads an elementwise expression", "[nn][pool]") {
