@@ -262,6 +262,14 @@ struct ScalarValue {
 struct NoAttrs {
   bool operator==(const NoAttrs&) const = default;
 };
+/// The order of every floating Sum and Mean, on every backend that must
+/// equal the ref interpreter bit for bit: element p of a reduction (counted
+/// row-major over its reduced axes) is added, in order, to partial sum
+/// p % kSumLanes; then 0 + partial 0 + partial 1 + ... in lane order. One
+/// serial chain of adds runs at an add's latency per element; this order is
+/// what a vector unit computes at full speed, and it is more accurate.
+inline constexpr int kSumLanes = 8;
+
 /// Reductions: the reduced axes (sorted, unique, in range) and whether they stay as size 1.
 struct ReduceAttrs {
   std::vector<int64_t> axes;

@@ -77,6 +77,7 @@ struct Emitter {
   // explicit vector body, where every compute type is <lanes x T>.
   unsigned lanes = 1;
   std::vector<Value*> vconsts;              // consts splat to `lanes` (streaming path)
+  const std::vector<bool>* splat_loads = nullptr;  // per load slot: read once and splat in a vector body
   Value* stream = nullptr;                  // i1: this launch takes the streaming path (streamable kernels)
 
   const EmitOptions opts;
@@ -306,8 +307,20 @@ struct Emitter {
           const bool of_output = p == opts.output_alias_param;
           Value* idx = index(of_output ? -1 : s.slot);
           if (s.index >= 0) idx = b.CreateAdd(idx, v[static_cast<size_t>(s.index)]);
+          // A vector body reads a load that does not move along the row once, for every lane.
+          const bool splat = lanes > 1 && splat_loads && (*splat_loads)[static_cast<size_t>(s.slot)];
           auto emit_load = [&]() -> Value* {
             Value* gep = b.CreateInBoundsGEP(mty(s.dtype), ptrs[static_cast<size_t>(p)], idx);
+            if (splat) {
+              const unsigned n = lanes;
+              lanes = 1;
+              auto* one = b.CreateAlignedLoad(mty(s.dtype), gep, llvm::Align(dtype_size(s.dtype)));
+              one->setMetadata(llvm::LLVMContext::MD_alias_scope, in_list);
+              one->setMetadata(llvm::LLVMContext::MD_noalias, out_list);
+              Value* x = s.dtype == DType::b8 ? b.CreateICmpNE(one, b.getInt8(0)) : static_cast<Value*>(one);
+              lanes = n;
+              return b.CreateVectorSplat(n, x);
+            }
             auto* ld = b.CreateAlignedLoad(ty(mty(s.dtype)), gep, llvm::Align(dtype_size(s.dtype)));
             ld->setMetadata(llvm::LLVMContext::MD_alias_scope, of_output ? out_list : in_list);
             ld->setMetadata(llvm::LLVMContext::MD_noalias, of_output ? in_list : out_list);
@@ -338,7 +351,10 @@ struct Emitter {
         case StmtKind::Const: r = (lanes > 1 ? vconsts : consts)[static_cast<size_t>(s.slot)]; break;
         case StmtKind::Acc: r = acc; break;
         case StmtKind::Count: r = cast(count, DType::i64, s.dtype); break;
-        case StmtKind::Stage: r = stage_vals.at(static_cast<size_t>(s.slot)); break;
+        case StmtKind::Stage:
+          r = stage_vals.at(static_cast<size_t>(s.slot));
+          if (lanes > 1) r = b.CreateVectorSplat(lanes, r);
+          break;
         case StmtKind::Op: {
           std::vector<Value*> args;
           for (int i : s.args) args.push_back(v[static_cast<size_t>(i)]);
@@ -382,9 +398,8 @@ struct Emitter {
   Value* combine(kir::ReduceKind red, DType acc_dtype, Value* acc, Value* v) {
     bool f = acc_dtype == DType::f64;
     switch (red) {
-      // Floating sums and products add in the interpreter's order, one serial
-      // chain: reassociated partial sums vectorize, but change the last bits
-      // against the interpreter, the oracle every compiled result must equal.
+      // Floating products multiply in the interpreter's order, one serial
+      // chain (floating sums take lane_sum_over_row).
       case kir::ReduceKind::Sum: case kir::ReduceKind::Mean: return f ? b.CreateFAdd(acc, v) : b.CreateAdd(acc, v);
       case kir::ReduceKind::Prod: return f ? b.CreateFMul(acc, v) : b.CreateMul(acc, v);  // i64 wraps, as torch
       case kir::ReduceKind::Max: case kir::ReduceKind::Min: {
@@ -458,19 +473,68 @@ struct Emitter {
       Value* bytes = b.CreateMul(b.CreateMul(rows, dims[d]), b.getInt64(esize));
       stream = b.CreateAnd(ok, b.CreateICmpSGE(bytes, b.getInt64(kStreamBytes)), "stream");
     }
-    loop(fn->getArg(2), fn->getArg(3), [&](Value* row) {
+    // The first row's index is decomposed into the outer dims once; each
+    // later row steps them like an odometer. A division per dim per row
+    // (tens of cycles each) used to cost more than the row itself when rows
+    // are a few elements long (a pool's 2-wide windows).
+    llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    std::vector<llvm::AllocaInst*> at(static_cast<size_t>(outer)), cur(slots);
+    for (auto& a : at) a = eb.CreateAlloca(i64, nullptr, "row.at");
+    for (auto& c : cur) c = eb.CreateAlloca(i64, nullptr, "row.base");
+    Value* begin = fn->getArg(2);
+    Value* end = fn->getArg(3);
+    auto* first = llvm::BasicBlock::Create(ctx, "rows.first", fn);
+    auto* none = llvm::BasicBlock::Create(ctx, "rows.none", fn);
+    b.CreateCondBr(b.CreateICmpSLT(begin, end), first, none);
+    b.SetInsertPoint(first);
+    {
       std::vector<Value*> base(off);
-      Value* t = row;
+      Value* t = begin;
       for (int d = outer - 1; d >= 0; --d) {
         Value* ext = dims[static_cast<size_t>(d)];
         Value* i = d == 0 ? t : b.CreateURem(t, ext);
         if (d > 0) t = b.CreateUDiv(t, ext);
+        b.CreateStore(i, at[static_cast<size_t>(d)]);
         for (size_t s = 0; s < slots; ++s) base[s] = b.CreateAdd(base[s], b.CreateMul(i, st[s][static_cast<size_t>(d)]));
       }
+      for (size_t s = 0; s < slots; ++s) b.CreateStore(base[s], cur[s]);
+    }
+    loop(begin, end, [&](Value*) {
+      std::vector<Value*> base(slots);
+      for (size_t s = 0; s < slots; ++s) base[s] = b.CreateLoad(i64, cur[s]);
       if (k.row_program()) row_program(base, outer);
       else if (!red) elementwise_rows(base);
       else reduce_row(base, outer);
+      if (outer == 0) return;
+      auto* stepped = llvm::BasicBlock::Create(ctx, "row.stepped", fn);
+      for (int d = outer - 1; d >= 0; --d) {
+        const size_t du = static_cast<size_t>(d);
+        Value* i = b.CreateAdd(b.CreateLoad(i64, at[du]), b.getInt64(1));
+        auto advance = [&] {
+          b.CreateStore(i, at[du]);
+          for (size_t s = 0; s < slots; ++s)
+            b.CreateStore(b.CreateAdd(b.CreateLoad(i64, cur[s]), st[s][du]), cur[s]);
+          b.CreateBr(stepped);
+        };
+        if (d == 0) {  // the last row of the launch may step past the end: never read
+          advance();
+          break;
+        }
+        auto* inc = llvm::BasicBlock::Create(ctx, "row.inc", fn);
+        auto* wrap = llvm::BasicBlock::Create(ctx, "row.wrap", fn);
+        b.CreateCondBr(b.CreateICmpSLT(i, dims[du]), inc, wrap);
+        b.SetInsertPoint(inc);
+        advance();
+        b.SetInsertPoint(wrap);
+        b.CreateStore(b.getInt64(0), at[du]);
+        Value* back = b.CreateSub(dims[du], b.getInt64(1));
+        for (size_t s = 0; s < slots; ++s)
+          b.CreateStore(b.CreateSub(b.CreateLoad(i64, cur[s]), b.CreateMul(back, st[s][du])), cur[s]);
+      }
+      b.SetInsertPoint(stepped);
     }, "row");
+    b.CreateBr(none);
+    b.SetInsertPoint(none);
     if (stream) {  // non-temporal stores are weakly ordered: fence before the results are published
       auto* fence = llvm::BasicBlock::Create(ctx, "stream.fence", fn);
       auto* done = llvm::BasicBlock::Create(ctx, "done", fn);
@@ -579,9 +643,143 @@ struct Emitter {
     level(base, K);
   }
 
+  // Whether a vector body can compute these statements (as streamable()
+  // asks of an elementwise kernel): plain element types, no transcendental
+  // calls, every load a strided walk.
+  bool vector_body(const std::vector<Stmt>& body) const {
+    if (k.indexed()) return false;
+    for (const Stmt& s : body) {
+      if (s.dtype == DType::f16 || s.dtype == DType::bf16) return false;
+      if (s.kind == StmtKind::Op && ir::has_trait(s.op, ir::kTranscendental)) return false;
+      if (s.kind == StmtKind::Load) {
+        DType t = k.params[static_cast<size_t>(k.load_params[static_cast<size_t>(s.slot)])].dtype;
+        if (t == DType::f16 || t == DType::bf16) return false;
+      }
+    }
+    return true;
+  }
+
+  // A floating Sum or Mean over a row in ir::kSumLanes partial sums (the
+  // order ir.h defines, as the ref interpreter adds): element p of the row
+  // goes to partial p % L. Along a unit-stride innermost dim, whole groups of
+  // L elements that start at a multiple of L are one vector add; the rest,
+  // and strided rows, add element by element into their partial.
+  Value* lane_sum_over_row(const std::vector<Value*>& base, int K, const std::vector<Stmt>& body, int value) {
+    constexpr unsigned L = ir::kSumLanes;
+    auto* vty = llvm::FixedVectorType::get(b.getDoubleTy(), L);
+    llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    auto* partial = eb.CreateAlloca(vty, nullptr, "partial");
+    auto* pos = eb.CreateAlloca(b.getInt64Ty(), nullptr, "pos");
+    b.CreateStore(llvm::Constant::getNullValue(vty), partial);
+    b.CreateStore(b.getInt64(0), pos);
+    const DType vt = body[static_cast<size_t>(value)].dtype;
+    const size_t lo = 1, hi = k.moving_slots();
+    auto one = [&](const std::function<Value*(size_t)>& index) {
+      auto v = stmts(body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+      Value* x = cast(v[static_cast<size_t>(value)], vt, DType::f64);
+      Value* p = b.CreateLoad(b.getInt64Ty(), pos);
+      Value* lane = b.CreateAnd(p, b.getInt64(L - 1));
+      Value* acc = b.CreateLoad(vty, partial);
+      b.CreateStore(b.CreateInsertElement(acc, b.CreateFAdd(b.CreateExtractElement(acc, lane), x), lane), partial);
+      b.CreateStore(b.CreateAdd(p, b.getInt64(1)), pos);
+    };
+    const bool vectors = vector_body(body);
+    const size_t first_coord = k.load_params.size() + 1;
+    std::vector<bool> splat(k.load_params.size(), false);
+    std::function<void(const std::vector<Value*>&, int)> level = [&](const std::vector<Value*>& offs, int d) {
+      const size_t du = static_cast<size_t>(d);
+      if (d < k.rank - 1) {
+        loop(b.getInt64(0), dims[du], [&](Value* i) {
+          std::vector<Value*> o(offs);
+          for (size_t s = lo; s < hi; ++s) o[s] = b.CreateAdd(o[s], b.CreateMul(i, st[s][du]));
+          level(o, d + 1);
+        }, "r");
+        return;
+      }
+      Value* n = dims[du];
+      // Elements up to the next multiple of L in the row's count one by one,
+      // then groups of L whose lanes are known (one vector add, or L scalar
+      // adds into their own partials), then the rest one by one.
+      auto walk = [&](const std::function<std::function<Value*(size_t)>(Value*)>& at, bool vector) {
+        Value* p0 = b.CreateLoad(b.getInt64Ty(), pos);
+        Value* head = b.CreateAnd(b.CreateSub(b.getInt64(L), b.CreateAnd(p0, b.getInt64(L - 1))), b.getInt64(L - 1));
+        head = b.CreateSelect(b.CreateICmpSLT(head, n), head, n);
+        loop(b.getInt64(0), head, [&](Value* j) { one(at(j)); }, "sum.head", true);
+        Value* groups = b.CreateSDiv(b.CreateSub(n, head), b.getInt64(L));
+        if (vector) {
+          vconsts.clear();
+          for (Value* c : consts) vconsts.push_back(b.CreateVectorSplat(L, c));
+          splat_loads = &splat;
+          lanes = L;
+        }
+        loop(b.getInt64(0), groups, [&](Value* g) {
+          Value* j = b.CreateAdd(head, b.CreateMul(g, b.getInt64(L)));
+          Value* acc = b.CreateLoad(vty, partial);
+          if (vector) {
+            auto v = stmts(body, [&](int slot) { return at(j)(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+            acc = b.CreateFAdd(acc, cast(v[static_cast<size_t>(value)], vt, DType::f64));
+          } else {
+            for (unsigned l = 0; l < L; ++l) {
+              auto index = at(b.CreateAdd(j, b.getInt64(l)));
+              auto v = stmts(body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+              Value* x = cast(v[static_cast<size_t>(value)], vt, DType::f64);
+              acc = b.CreateInsertElement(acc, b.CreateFAdd(b.CreateExtractElement(acc, b.getInt64(l)), x), b.getInt64(l));
+            }
+          }
+          b.CreateStore(acc, partial);
+        }, "sum.group", true);
+        lanes = 1;
+        splat_loads = nullptr;
+        Value* done = b.CreateAdd(head, b.CreateMul(groups, b.getInt64(L)));
+        b.CreateStore(b.CreateAdd(p0, done), pos);
+        loop(done, n, [&](Value* j) { one(at(j)); }, "sum.tail", true);
+      };
+      auto strided = [&](Value* j) {
+        return [&offs, du, j, this](size_t s) { return b.CreateAdd(offs[s], b.CreateMul(j, st[s][du])); };
+      };
+      if (!vectors) {
+        walk(strided, false);
+        return;
+      }
+      // Unit strides, or 0 for loads marked invariant (read once per row, splat).
+      Value* fast = b.getTrue();
+      for (size_t s = lo; s < std::min(hi, first_coord); ++s) {
+        const bool inv = k.inner_invariant(s - 1);
+        splat[s - 1] = inv;
+        fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][du], b.getInt64(inv ? 0 : 1)));
+      }
+      auto* fb = llvm::BasicBlock::Create(ctx, "sum.unit", fn);
+      auto* gb = llvm::BasicBlock::Create(ctx, "sum.strided", fn);
+      auto* join = llvm::BasicBlock::Create(ctx, "sum.join", fn);
+      b.CreateCondBr(fast, fb, gb);
+      b.SetInsertPoint(gb);
+      walk(strided, false);
+      b.CreateBr(join);
+      b.SetInsertPoint(fb);
+      walk([&](Value* j) {
+        return [&offs, &splat, j, this](size_t s) {
+          return s >= 1 && splat[s - 1] ? offs[s] : b.CreateAdd(offs[s], j);
+        };
+      }, true);
+      b.CreateBr(join);
+      b.SetInsertPoint(join);
+    };
+    level(base, K);
+    Value* acc = b.CreateLoad(vty, partial);
+    Value* total = fconst(DType::f64, 0.0);
+    for (unsigned l = 0; l < L; ++l) total = b.CreateFAdd(total, b.CreateExtractElement(acc, b.getInt64(l)));
+    return total;
+  }
+
   // One reduction over a row: the accumulated body, then the epilogue's value.
   Value* reduce_over_row(const std::vector<Value*>& base, int K, kir::ReduceKind red, DType acc_dtype,
                          const std::vector<Stmt>& body, int value, const std::vector<Stmt>& epilogue, int result) {
+    Value* count = b.getInt64(1);
+    for (int d = K; d < k.rank; ++d) count = b.CreateMul(count, dims[static_cast<size_t>(d)]);
+    if ((red == kir::ReduceKind::Sum || red == kir::ReduceKind::Mean) && acc_dtype == DType::f64) {
+      auto e = stmts(epilogue, [](int) -> Value* { return nullptr; }, lane_sum_over_row(base, K, body, value), count);
+      return e[static_cast<size_t>(result)];
+    }
     llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
     auto* acc = eb.CreateAlloca(cty(acc_dtype), nullptr, "acc");
     b.CreateStore(init_acc(red, acc_dtype), acc);
@@ -591,8 +789,6 @@ struct Emitter {
       Value* x = cast(v[static_cast<size_t>(value)], vt, acc_dtype);
       b.CreateStore(combine(red, acc_dtype, b.CreateLoad(cty(acc_dtype), acc), x), acc);
     });
-    Value* count = b.getInt64(1);
-    for (int d = K; d < k.rank; ++d) count = b.CreateMul(count, dims[static_cast<size_t>(d)]);
     auto e = stmts(epilogue, [](int) -> Value* { return nullptr; }, b.CreateLoad(cty(acc_dtype), acc), count);
     return e[static_cast<size_t>(result)];
   }

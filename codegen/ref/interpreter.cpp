@@ -345,6 +345,9 @@ class Interpreter {
           const T* base = src + off[1] + k * st[1];
           int64_t o = off[0] + k * st[0];
           Acc acc = n.op == Op::Sum || n.op == Op::Mean ? Acc(0) : n.op == Op::Prod ? Acc(1) : static_cast<Acc>(base[0]);
+          // Floating sums add into ir::kSumLanes partial sums (ir.h), integer ones in one.
+          Acc partial[ir::kSumLanes] = {};
+          constexpr int64_t lanes = std::is_floating_point_v<Acc> ? ir::kSumLanes : 1;
           int64_t best = 0, pos = 0;
           StridedLoop<1> inner(red, {&red_st});
           inner.run([&](auto ioff, auto ist, int64_t ilen) {
@@ -356,7 +359,7 @@ class Interpreter {
                 else return false;
               };
               switch (n.op) {
-                case Op::Sum: case Op::Mean: acc += v; break;
+                case Op::Sum: case Op::Mean: partial[pos % lanes] += v; break;
                 case Op::Prod:
                   // Integers wrap on overflow, as torch.prod's int64 product does.
                   if constexpr (std::is_integral_v<Acc>)
@@ -373,6 +376,8 @@ class Interpreter {
               }
             }
           });
+          if (n.op == Op::Sum || n.op == Op::Mean)
+            for (int64_t l = 0; l < lanes; ++l) acc += partial[l];
           if (n.op == Op::Mean) acc = count ? acc / static_cast<Acc>(count) : std::numeric_limits<Acc>::quiet_NaN();
           if (n.op == Op::ArgMax) out.ptr<int64_t>()[o] = best;
           else store_double(n.dtype, out.bytes(n.dtype) + o * static_cast<int64_t>(dtype_size(n.dtype)),
