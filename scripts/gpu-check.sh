@@ -5,8 +5,9 @@
 # on the device, the backend against ref, split reductions, vectorized
 # kernels, cuBLASLt products and fused epilogues, cuDNN convolutions and
 # their gradients against the CPU, in-place writes, optimizer steps, random
-# in-place programs, the chapter's samples: every test the
-# emulated-gpu suite runs, except the emulator's own), train the demo on the
+# in-place programs, the chapter's samples, the nccl backend's collectives and
+# DDP: every test the emulated-gpu suite runs, except the emulator's own),
+# train the demo on the
 # GPU when the Fashion-MNIST files are there, measure the GPU figures (fused
 # elementwise chain and a full sum vs a device-to-device copy; MLP forward vs
 # cuBLAS alone), print one summary line. Ends within 8 minutes: each stage
@@ -14,6 +15,12 @@
 #
 #   scripts/gpu-check.sh
 #   BUILD_DIR=/tmp/tessel-gpu JOBS=16 scripts/gpu-check.sh
+#
+# The nccl tests (tests/distributed/nccl_test.cpp) run one rank per GPU as
+# threads of one process, at most 2: real NCCL cannot put two ranks on one
+# GPU, so a 1-GPU machine runs them as a world of 1 (the library, its streams
+# and the ordering after computation still run for real) and skips, with a
+# printed reason, the cases that need two ranks to disagree or hang.
 #
 # Exit status 0 when everything built and passed. The full log is in
 # <build dir>/gpu-check.log; a failing test's output is printed above the summary.
@@ -93,6 +100,12 @@ cudnn_bin=$(find "$build" -name cudnn_load -type f -perm -u+x | head -1)
 if [[ -n "$cudnn_bin" ]] && (($(left) > 20)); then
   cudnn=$(timeout 20 "$cudnn_bin" "cuDNN loads*" 2>/dev/null | grep -o "^cuDNN [0-9]* from .*" | head -1)
 fi
+# The NCCL the nccl backend ran on.
+nccl=""
+nccl_bin=$(find "$build" -name nccl_load -type f -perm -u+x | head -1)
+if [[ -n "$nccl_bin" ]] && (($(left) > 20)); then
+  nccl=$(timeout 20 "$nccl_bin" "NCCL loads*" 2>/dev/null | grep -o "^NCCL [0-9]* from .*" | head -1)
+fi
 # The demo on the GPU: its last line says device=cuda:0 (2 epochs: a check, not the figure).
 demo=""
 demo_bin=$build/samples/train_fashion_mnist
@@ -119,7 +132,7 @@ if grep -q "no GPU: skipped" "$build"/Testing/Temporary/LastTest.log 2>/dev/null
   skipped=" (gpu tests SKIPPED: tessel saw no CUDA device)"
 fi
 
-details="${result:-ctest gave no result}${skipped}; ${demo}; NVRTC ${timing:-timing not found}; ${cublaslt:-cuBLASLt not loaded}; ${cudnn:-cuDNN not loaded}; ${bench:-no GPU figures}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
+details="${result:-ctest gave no result}${skipped}; ${demo}; NVRTC ${timing:-timing not found}; ${cublaslt:-cuBLASLt not loaded}; ${cudnn:-cuDNN not loaded}; ${nccl:-NCCL not loaded}; ${bench:-no GPU figures}; configure ${configure_s} s, build ${build_s} s, tests ${tests_s} s"
 if ((rc == 0)); then
   summary PASS "$details"
   exit 0

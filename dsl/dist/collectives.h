@@ -1,7 +1,9 @@
 // Collectives on tensors, over the default process group (or the one given).
 // Like PyTorch's torch.distributed: all_reduce and broadcast write their
 // result into the tensor; the *_async forms return a TensorWork to wait on,
-// so computation can go on while the data moves.
+// so computation can go on while the data moves. CPU tensors go through the
+// "gloo" backend, GPU tensors through "nccl"; the staging copies a call makes
+// stay on the tensor's device, so a GPU tensor never passes through the host.
 //
 //   dist::init_process_group({.backend = "gloo"});
 //   Tensor g = full({3}, dist::default_group()->rank() + 1.0);

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <map>
+#include <optional>
 
 #include "dsl/dist/collectives.h"
 
@@ -30,14 +30,15 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
-// Every rank's text, by two all_gathers (lengths, then the padded bytes).
-std::vector<std::string> gather_text(const std::string& mine, dist::ProcessGroup* g) {
-  std::vector<Tensor> lens = dist::all_gather(from_vector<int64_t>({static_cast<int64_t>(mine.size())}, Shape{1}), g);
+// Every rank's text, by two all_gathers (lengths, then the padded bytes) of tensors on `d`.
+std::vector<std::string> gather_text(const std::string& mine, dist::ProcessGroup* g, Device d) {
+  std::vector<Tensor> lens =
+      dist::all_gather(from_vector<int64_t>({static_cast<int64_t>(mine.size())}, Shape{1}, d), g);
   int64_t longest = 1;
   for (auto& l : lens) longest = std::max(longest, l.item<int64_t>());
   std::vector<int32_t> bytes(static_cast<size_t>(longest), 0);
   for (size_t i = 0; i < mine.size(); ++i) bytes[i] = static_cast<unsigned char>(mine[i]);
-  std::vector<Tensor> all = dist::all_gather(from_vector<int32_t>(bytes, Shape{longest}), g);
+  std::vector<Tensor> all = dist::all_gather(from_vector<int32_t>(bytes, Shape{longest}, d), g);
   std::vector<std::string> out;
   for (size_t r = 0; r < all.size(); ++r) {
     std::vector<int32_t> v = all[r].to_vector<int32_t>();
@@ -58,6 +59,7 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(std::shared_ptr<Module>
     throw ValueError(fmt::format("DistributedDataParallel: bucket_cap_mb must be positive, got {}", opt_.bucket_cap_mb));
   group_ = opt_.group ? opt_.group : dist::default_group();
   register_module("module", module_);
+  device_ = model_device();
   check_same_model_and_broadcast();
 
   // Buckets in reverse parameter order, one dtype each (PyTorch's assignment by size).
@@ -70,10 +72,6 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(std::shared_ptr<Module>
   std::map<DType, double> filled;
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
     const auto& [name, p] = *it;
-    if (!p.device().is_cpu())
-      throw DeviceError(fmt::format("DistributedDataParallel: parameter '{}' is on {}; the gloo backend reduces CPU "
-                                    "tensors only",
-                                    name, p.device().str()));
     DType dt = p.dtype();
     if (!open.count(dt)) {
       open[dt] = buckets_.size();
@@ -88,7 +86,10 @@ DistributedDataParallelImpl::DistributedDataParallelImpl(std::shared_ptr<Module>
     filled[dt] += static_cast<double>(p.numel() * static_cast<int64_t>(dtype_size(dt)));
     if (filled[dt] >= cap) open.erase(dt);
   }
-  for (BucketState& b : buckets_) b.data.resize(static_cast<size_t>(b.numel) * dtype_size(b.dtype));
+  for (BucketState& b : buckets_) {
+    b.data = empty(Shape{b.numel}, b.dtype, device_);
+    b.data.eval();
+  }
   for (size_t i = 0; i < slots_.size(); ++i)
     hooks_.push_back(autograd::register_post_accumulate_grad_hook(slots_[i].param, [this, i](const Tensor&) {
       on_grad_ready(i);
@@ -100,13 +101,39 @@ DistributedDataParallelImpl::~DistributedDataParallelImpl() {
   abandon_in_flight();
 }
 
+// The one device of every parameter and buffer, which must suit the group's backend.
+Device DistributedDataParallelImpl::model_device() const {
+  std::optional<std::pair<std::string, Device>> first;
+  auto visit = [&](const char* kind, const std::string& name, const Tensor& t) {
+    // An uninitialized parameter has no device yet; the model check reports it.
+    if (t.impl() && t.impl()->kind == TensorImpl::Kind::uninitialized_parameter) return;
+    Device d = t.device();
+    if (!first) {
+      first = {fmt::format("{} '{}'", kind, name), d};
+    } else if (!(first->second == d)) {
+      throw DeviceError(fmt::format("DistributedDataParallel: {} is on {} but {} '{}' is on {}; DDP replicates a model "
+                                    "that lives on one device per rank: move it with .to(device) first",
+                                    first->first, first->second.str(), kind, name, d.str()));
+    }
+    if (group_->device_kind() != d.kind)
+      throw DeviceError(fmt::format(
+          "DistributedDataParallel: {} '{}' is on {}; the {} backend reduces {} tensors only; {}", kind, name, d.str(),
+          group_->backend(), d.is_cpu() ? "GPU" : "CPU",
+          d.is_cpu() ? "move the model to this rank's GPU with .to(gpu(i))"
+                     : "use the nccl backend for a model on a GPU, or move it with .to(cpu())"));
+  };
+  for (auto& [name, p] : module_->named_parameters()) visit("parameter", name, p);
+  for (auto& [name, b] : module_->named_buffers()) visit("buffer", name, b);
+  return first ? first->second : group_->device_kind() == Device::Kind::cpu ? cpu() : gpu(0);
+}
+
 void DistributedDataParallelImpl::check_same_model_and_broadcast() {
   std::vector<std::string> mine;
   for (auto& [name, p] : module_->named_parameters()) mine.push_back(describe("parameter", name, p));
   for (auto& [name, b] : module_->named_buffers()) mine.push_back(describe("buffer", name, b));
   std::string text;
   for (auto& l : mine) text += l + "\n";
-  std::vector<std::string> all = gather_text(text, group_.get());
+  std::vector<std::string> all = gather_text(text, group_.get(), device_);
   std::vector<std::string> base = split_lines(all[0]);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
@@ -173,10 +200,11 @@ void DistributedDataParallelImpl::on_grad_ready(size_t i) {
   s.ready = true;
   log_.push_back("ready " + s.name);
   BucketState& b = buckets_[s.bucket];
-  Tensor g = s.param.grad().contiguous();
-  dist::CommBuffer cb = dist::comm_buffer(g);
-  const size_t es = dtype_size(b.dtype);
-  std::memcpy(b.data.data() + static_cast<size_t>(s.offset) * es, cb.data, static_cast<size_t>(g.numel()) * es);
+  {
+    // On the model's device, so a GPU's gradients never pass through the host.
+    NoGradGuard no_grad;
+    b.data.narrow(0, s.offset, s.param.numel()).copy_(s.param.grad().detach().reshape({s.param.numel()}));
+  }
   if (--b.pending == 0) {
     b.ready = true;
     launch_ready_buckets();
@@ -187,8 +215,7 @@ void DistributedDataParallelImpl::launch_ready_buckets() {
   // In bucket order on every rank, whatever order they filled in: collectives must match.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].ready) {
     BucketState& b = buckets_[next_bucket_];
-    dist::CommBuffer cb{b.data.data(), b.dtype, Shape{b.numel}, cpu()};
-    b.work = group_->all_reduce(cb, dist::ReduceOp::avg);
+    b.work = group_->all_reduce(dist::comm_buffer(b.data), dist::ReduceOp::avg);
     log_.push_back(fmt::format("launch {}", next_bucket_));
     ++next_bucket_;
   }
@@ -216,12 +243,12 @@ void DistributedDataParallelImpl::finish_gradient_synchronization() {
       abandon_in_flight();
       throw;
     }
-    const size_t es = dtype_size(b.dtype);
+    b.data.buffer().storage->bump_version();  // the collective wrote the bytes behind tessel's back
+    NoGradGuard no_grad;
     for (size_t si : b.slots) {
       Slot& s = slots_[si];
-      Tensor g = empty(s.param.shape(), b.dtype);
-      dist::CommBuffer cb = dist::comm_buffer(g);
-      std::memcpy(cb.data, b.data.data() + static_cast<size_t>(s.offset) * es, static_cast<size_t>(g.numel()) * es);
+      Tensor g = b.data.narrow(0, s.offset, s.param.numel()).reshape(s.param.shape().dims).clone();
+      g.eval();  // its own memory: the next backward overwrites the bucket
       s.param.set_grad(g);
     }
     log_.push_back(fmt::format("done {}", k));

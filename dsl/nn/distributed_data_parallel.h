@@ -39,7 +39,8 @@
 // ("module.0.weight"); save ddp->module()->state_dict() for keys a plain
 // model loads. Every parameter must receive a gradient in every synchronized
 // backward (PyTorch's find_unused_parameters=False); one that does not is a
-// ValueError naming it. CPU tensors (gloo) only.
+// ValueError naming it. The model lives on one device per rank: the CPU with
+// the gloo backend, this rank's GPU with nccl (buckets and all are kept there).
 #pragma once
 
 #include <memory>
@@ -114,11 +115,12 @@ class DistributedDataParallelImpl : public Module {
     std::vector<size_t> slots;
     int64_t numel = 0;
     DType dtype = DType::f32;
-    std::vector<std::byte> data;
+    Tensor data;  // [numel] on the model's device; gradients are copied in, averaged, copied out
     size_t pending = 0;
     bool ready = false;
     dist::WorkPtr work;
   };
+  Device model_device() const;
   void check_same_model_and_broadcast();
   void broadcast_buffers();
   void on_grad_ready(size_t slot);
@@ -128,6 +130,7 @@ class DistributedDataParallelImpl : public Module {
   std::shared_ptr<Module> module_;
   DistributedDataParallelOptions opt_;
   std::shared_ptr<dist::ProcessGroup> group_;
+  Device device_;  // where the model, its buckets and the collectives' tensors live
   std::vector<Slot> slots_;
   std::vector<BucketState> buckets_;
   std::vector<autograd::HookHandle> hooks_;

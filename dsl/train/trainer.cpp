@@ -89,7 +89,9 @@ std::vector<EpochMetrics> Trainer::fit(nn::Module& model, optim::Optimizer& opt,
     }
     // >>> distributed training and checkpoints: the epoch's figures over every rank's examples
     if (pg && pg->size() > 1) {
-      Tensor sums = from_vector<double>({total_loss, correct, n}, Shape{3});
+      // On the model's GPU when the group moves GPU memory (nccl), else on the CPU.
+      Device d = pg->device_kind() == Device::Kind::cpu || params.empty() ? cpu() : params.front().device();
+      Tensor sums = from_vector<double>({total_loss, correct, n}, Shape{3}, d);
       dist::all_reduce(sums, dist::ReduceOp::sum, pg);
       auto v = sums.to_vector<double>();
       total_loss = v[0], correct = v[1], n = v[2];

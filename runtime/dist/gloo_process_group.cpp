@@ -123,6 +123,7 @@ class GlooProcessGroup : public ProcessGroup {
   int size() const override { return size_; }
   std::string backend() const override { return "gloo"; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
+  Device::Kind device_kind() const override { return Device::Kind::cpu; }
 
   WorkPtr all_reduce(CommBuffer buf, ReduceOp op) override {
     check_cpu("all_reduce", buf);

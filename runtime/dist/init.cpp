@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "runtime/cuda/driver.h"
 #include "runtime/dist/file_store.h"
 #include "runtime/dist/gloo_process_group.h"
 #include "runtime/dist/launch_env.h"
+#include "runtime/dist/nccl_process_group.h"
 #include "runtime/dist/tcp_store.h"
 #include "runtime/errors.h"
 
@@ -64,8 +66,9 @@ std::shared_ptr<ProcessGroup> init_process_group(ProcessGroupOptions o) {
       throw ValueError("init_process_group: this process already joined a group; call destroy_process_group() "
                        "before joining another");
   }
-  if (o.backend != "gloo")
-    throw ValueError(fmt::format("init_process_group: unknown backend '{}'; this build has \"gloo\" (CPU tensors)",
+  if (o.backend != "gloo" && o.backend != "nccl")
+    throw ValueError(fmt::format("init_process_group: unknown backend '{}'; this build has \"gloo\" (CPU tensors) "
+                                 "and \"nccl\" (GPU tensors)",
                                  o.backend));
   if ((o.rank >= 0) != (o.world_size >= 0))
     throw ValueError("init_process_group: give both .rank and .world_size, or neither (then the launcher's "
@@ -118,7 +121,14 @@ std::shared_ptr<ProcessGroup> init_process_group(ProcessGroupOptions o) {
     ::gethostname(name, sizeof name - 1);
     gloo_host = name;
   }
-  auto pg = make_gloo_process_group(store, rank, size, timeout, gloo_host, iface);
+  std::shared_ptr<ProcessGroup> pg;
+  if (o.backend == "nccl") {
+    // A barrier before any tensor needs a GPU: the launcher's convention, local rank i on GPU i.
+    int gpus = cuda::device_count();
+    pg = make_nccl_process_group(store, rank, size, timeout, gpus > 0 ? env.local_rank % gpus : -1);
+  } else {
+    pg = make_gloo_process_group(store, rank, size, timeout, gloo_host, iface);
+  }
   std::lock_guard lock(g_mu);
   g_default = pg;
   return pg;

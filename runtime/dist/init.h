@@ -10,7 +10,8 @@
 //
 // init_method: "env://" (MASTER_ADDR:MASTER_PORT; rank 0 hosts the store unless
 // tessel-run does), "tcp://host:port", or "file:///a/fresh/folder" every rank sees.
-// TESSEL_DIST_TIMEOUT (seconds) overrides `timeout` for a run.
+// TESSEL_DIST_TIMEOUT (seconds) overrides `timeout` for a run. Backend "nccl"
+// loads NCCL at run time (TESSEL_NCCL names the library; runtime/cuda/nccl.h).
 #pragma once
 
 #include <chrono>
@@ -22,7 +23,7 @@
 namespace tessel::dist {
 
 struct ProcessGroupOptions {
-  std::string backend = "gloo";          // "gloo" (CPU tensors)
+  std::string backend = "gloo";          // "gloo" (CPU tensors) or "nccl" (GPU tensors, one GPU per rank)
   std::string init_method = "env://";
   int rank = -1;                         // -1: from the environment
   int world_size = -1;                   // -1: from the environment

@@ -12,6 +12,7 @@
 // offers the same calls on tensors:
 //   auto pg = dist::init_process_group({.backend = "gloo"});   // RANK, WORLD_SIZE, MASTER_ADDR, ...
 //   dist::all_reduce(t);                                        // t: the sum over ranks, in place
+// Backends: "gloo" (CPU memory, gloo_process_group.h), "nccl" (GPU memory, nccl_process_group.h).
 #pragma once
 
 #include <chrono>
@@ -54,6 +55,8 @@ class ProcessGroup {
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
   virtual std::chrono::milliseconds timeout() const = 0;
+  /// Where the memory this group's collectives move lives: CPU (gloo) or CUDA (nccl).
+  virtual Device::Kind device_kind() const = 0;
 
   /// Every rank's `buf` becomes the reduction over ranks (avg: the sum / size(); floating only).
   virtual WorkPtr all_reduce(CommBuffer buf, ReduceOp op) = 0;

@@ -29,7 +29,7 @@ struct OneRankGroup {
 TEST_CASE("init_process_group rejects an unknown backend", "[distributed][error]") {
   CHECK_THROWS_MATCHES(dist::init_process_group({.backend = "mpi"}), ValueError,
                        Catch::Message("init_process_group: unknown backend 'mpi'; this build has \"gloo\" (CPU "
-                                      "tensors)"));
+                                      "tensors) and \"nccl\" (GPU tensors)"));
 }
 
 TEST_CASE("init_process_group with env:// needs MASTER_ADDR", "[distributed][error]") {

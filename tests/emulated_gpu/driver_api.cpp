@@ -159,10 +159,10 @@ void write_log(char* buffer, std::size_t size, const std::string& text) {
 
 }  // namespace
 
-// Loading the driver selects the whole emulated device: unless TESSEL_CUBLASLT
-// and TESSEL_CUDNN name libraries already, they name the cuBLASLt and cuDNN
-// stand-ins beside this one (tessel's test programs load the driver before
-// either library).
+// Loading the driver selects the whole emulated device: unless TESSEL_CUBLASLT,
+// TESSEL_CUDNN and TESSEL_NCCL name libraries already, they name the cuBLASLt,
+// cuDNN and NCCL stand-ins beside this one (tessel's test programs load the
+// driver before any of those libraries).
 __attribute__((constructor)) static void name_library_standins() {
   Dl_info self{};
   if (!dladdr(reinterpret_cast<const void*>(&name_library_standins), &self) || !self.dli_fname) return;
@@ -170,7 +170,8 @@ __attribute__((constructor)) static void name_library_standins() {
   const std::size_t slash = dir.rfind('/');
   dir = slash == std::string::npos ? std::string() : dir.substr(0, slash + 1);
   for (auto [var, file] : {std::pair{"TESSEL_CUBLASLT", "libtessel-emulated-cublaslt.so"},
-                           std::pair{"TESSEL_CUDNN", "libtessel-emulated-cudnn.so"}}) {
+                           std::pair{"TESSEL_CUDNN", "libtessel-emulated-cudnn.so"},
+                           std::pair{"TESSEL_NCCL", "libtessel-emulated-nccl.so"}}) {
     if (const char* e = std::getenv(var); e && *e) continue;
     const std::string path = dir + file;
     if (access(path.c_str(), R_OK) == 0) setenv(var, path.c_str(), 0);
@@ -705,6 +706,14 @@ EMU_API int tessel_emu_range_device(const void* p, std::size_t bytes) {
 
 // The device whose context is current on this thread; -1 when none is.
 EMU_API int tessel_emu_current_device(void) { return t_current ? t_current->device : -1; }
+
+// The device of a stream: -2 for the null, legacy or per-thread default stream
+// (every device has one), -1 when `s` is no live stream.
+EMU_API int tessel_emu_stream_device(const void* s) {
+  if (reinterpret_cast<std::uintptr_t>(s) <= 2) return -2;
+  if (!live(g_streams, s)) return -1;
+  return static_cast<const CUstream_st*>(s)->device;
+}
 
 EMU_API unsigned long long tessel_emu_kernels_launched(void) { return g_launches.load(); }
 
