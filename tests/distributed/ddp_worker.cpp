@@ -18,6 +18,7 @@
 #include "dsl/tessel.h"
 #include "dsl/train/optimizer.h"
 #include "dsl/train/trainer.h"
+#include "dtype_linear.h"
 
 using namespace tessel;
 
@@ -30,17 +31,7 @@ void check(bool ok, const std::string& what) {
   if (!ok) ++g_failures;
 }
 
-// nn::Linear with parameters of any dtype (PyTorch's names and init bounds).
-struct DLinearImpl : nn::Module {
-  nn::Parameter weight, bias;
-  DLinearImpl(int64_t in, int64_t out, DType dt) : Module("DLinear") {
-    double k = 1.0 / std::sqrt(static_cast<double>(in));
-    weight = register_parameter("weight", (rand({out, in}, dt) * 2 - 1) * k);
-    bias = register_parameter("bias", (rand({out}, dt) * 2 - 1) * k);
-  }
-  Tensor forward(const Tensor& x) override { return x.matmul(weight.t()) + bias; }
-};
-TESSEL_MODULE(DLinear);
+using tessel::testing::DLinear;
 
 nn::Sequential mlp(DType dt, uint64_t seed, int64_t hidden = 256) {
   manual_seed(seed);

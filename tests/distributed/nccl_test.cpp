@@ -25,6 +25,7 @@
 #include "dsl/nn/distributed_data_parallel.h"
 #include "dsl/tessel.h"
 #include "dsl/train/optimizer.h"
+#include "dtype_linear.h"
 #include "rank_processes.h"
 #include "runtime/cuda/nccl.h"
 #include "runtime/dist/file_store.h"
@@ -325,17 +326,7 @@ TEST_CASE("nccl: CPU tensors, a second GPU on one rank and unreducible dtypes ar
 
 namespace {
 
-// nn::Linear with parameters of any dtype (PyTorch's init bounds).
-struct DLinearImpl : nn::Module {
-  nn::Parameter weight, bias;
-  DLinearImpl(int64_t in, int64_t out, DType dt) : Module("DLinear") {
-    double k = 1.0 / std::sqrt(static_cast<double>(in));
-    weight = register_parameter("weight", (rand({out, in}, dt) * 2 - 1) * k);
-    bias = register_parameter("bias", (rand({out}, dt) * 2 - 1) * k);
-  }
-  Tensor forward(const Tensor& x) override { return x.matmul(weight.t()) + bias; }
-};
-TESSEL_MODULE(DLinear);
+using tessel::testing::DLinear;
 
 nn::Sequential mlp(DType dt, uint64_t seed) {
   manual_seed(seed);
