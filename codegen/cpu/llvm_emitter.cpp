@@ -78,6 +78,7 @@ struct Emitter {
   unsigned lanes = 1;
   std::vector<Value*> vconsts;              // consts splat to `lanes` (streaming path)
   const std::vector<bool>* splat_loads = nullptr;  // per load slot: read once and splat in a vector body
+  const std::vector<Value*>* gather_strides = nullptr;  // per load slot: a vector body gathers at this stride
   Value* stream = nullptr;                  // i1: this launch takes the streaming path (streamable kernels)
 
   const EmitOptions opts;
@@ -310,6 +311,21 @@ struct Emitter {
           // A vector body reads a load that does not move along the row once, for every lane.
           const bool splat = lanes > 1 && splat_loads && (*splat_loads)[static_cast<size_t>(s.slot)];
           auto emit_load = [&]() -> Value* {
+            if (lanes > 1 && gather_strides) {  // lane i at idx + i * stride
+              const unsigned n = lanes;
+              Value* stride = (*gather_strides)[static_cast<size_t>(s.slot)];
+              std::vector<llvm::Constant*> steps;
+              for (unsigned i = 0; i < n; ++i) steps.push_back(b.getInt64(i));
+              Value* at = b.CreateAdd(b.CreateVectorSplat(n, idx),
+                                      b.CreateMul(llvm::ConstantVector::get(steps), b.CreateVectorSplat(n, stride)));
+              Value* where = b.CreateInBoundsGEP(mty(s.dtype), ptrs[static_cast<size_t>(p)], at);
+              auto* ld = b.CreateMaskedGather(llvm::FixedVectorType::get(mty(s.dtype), n), where,
+                                              llvm::Align(dtype_size(s.dtype)));
+              ld->setMetadata(llvm::LLVMContext::MD_alias_scope, in_list);
+              ld->setMetadata(llvm::LLVMContext::MD_noalias, out_list);
+              return s.dtype == DType::b8 ? b.CreateICmpNE(ld, llvm::Constant::getNullValue(ld->getType()))
+                                          : static_cast<Value*>(ld);
+            }
             Value* gep = b.CreateInBoundsGEP(mty(s.dtype), ptrs[static_cast<size_t>(p)], idx);
             if (splat) {
               const unsigned n = lanes;
@@ -661,9 +677,10 @@ struct Emitter {
 
   // A floating Sum or Mean over a row in ir::kSumLanes partial sums (the
   // order ir.h defines, as the ref interpreter adds): element p of the row
-  // goes to partial p % L. Along a unit-stride innermost dim, whole groups of
-  // L elements that start at a multiple of L are one vector add; the rest,
-  // and strided rows, add element by element into their partial.
+  // goes to partial p % L. Whole groups of L elements that start at a
+  // multiple of L are one vector add (contiguous loads along unit strides,
+  // gathers along others); the rest, and bodies no vector computes
+  // (transcendental calls, half types, indexed loads), add element by element.
   Value* lane_sum_over_row(const std::vector<Value*>& base, int K, const std::vector<Stmt>& body, int value) {
     constexpr unsigned L = ir::kSumLanes;
     auto* vty = llvm::FixedVectorType::get(b.getDoubleTy(), L);
@@ -698,38 +715,31 @@ struct Emitter {
       }
       Value* n = dims[du];
       // Elements up to the next multiple of L in the row's count one by one,
-      // then groups of L whose lanes are known (one vector add, or L scalar
-      // adds into their own partials), then the rest one by one.
-      auto walk = [&](const std::function<std::function<Value*(size_t)>(Value*)>& at, bool vector) {
+      // then groups of L whose lanes are known, one vector add each (loads
+      // contiguous along unit strides, gathered along others), then the rest
+      // one by one.
+      auto walk = [&](const std::function<std::function<Value*(size_t)>(Value*)>& at, bool gather) {
         Value* p0 = b.CreateLoad(b.getInt64Ty(), pos);
         Value* head = b.CreateAnd(b.CreateSub(b.getInt64(L), b.CreateAnd(p0, b.getInt64(L - 1))), b.getInt64(L - 1));
         head = b.CreateSelect(b.CreateICmpSLT(head, n), head, n);
         loop(b.getInt64(0), head, [&](Value* j) { one(at(j)); }, "sum.head", true);
         Value* groups = b.CreateSDiv(b.CreateSub(n, head), b.getInt64(L));
-        if (vector) {
-          vconsts.clear();
-          for (Value* c : consts) vconsts.push_back(b.CreateVectorSplat(L, c));
-          splat_loads = &splat;
-          lanes = L;
-        }
+        vconsts.clear();
+        for (Value* c : consts) vconsts.push_back(b.CreateVectorSplat(L, c));
+        std::vector<Value*> strides;
+        for (size_t s = 1; s < first_coord; ++s) strides.push_back(st[s][du]);
+        if (gather) gather_strides = &strides;
+        else splat_loads = &splat;
+        lanes = L;
         loop(b.getInt64(0), groups, [&](Value* g) {
           Value* j = b.CreateAdd(head, b.CreateMul(g, b.getInt64(L)));
-          Value* acc = b.CreateLoad(vty, partial);
-          if (vector) {
-            auto v = stmts(body, [&](int slot) { return at(j)(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
-            acc = b.CreateFAdd(acc, cast(v[static_cast<size_t>(value)], vt, DType::f64));
-          } else {
-            for (unsigned l = 0; l < L; ++l) {
-              auto index = at(b.CreateAdd(j, b.getInt64(l)));
-              auto v = stmts(body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
-              Value* x = cast(v[static_cast<size_t>(value)], vt, DType::f64);
-              acc = b.CreateInsertElement(acc, b.CreateFAdd(b.CreateExtractElement(acc, b.getInt64(l)), x), b.getInt64(l));
-            }
-          }
-          b.CreateStore(acc, partial);
+          auto v = stmts(body, [&](int slot) { return at(j)(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+          Value* x = cast(v[static_cast<size_t>(value)], vt, DType::f64);
+          b.CreateStore(b.CreateFAdd(b.CreateLoad(vty, partial), x), partial);
         }, "sum.group", true);
         lanes = 1;
         splat_loads = nullptr;
+        gather_strides = nullptr;
         Value* done = b.CreateAdd(head, b.CreateMul(groups, b.getInt64(L)));
         b.CreateStore(b.CreateAdd(p0, done), pos);
         loop(done, n, [&](Value* j) { one(at(j)); }, "sum.tail", true);
@@ -737,8 +747,8 @@ struct Emitter {
       auto strided = [&](Value* j) {
         return [&offs, du, j, this](size_t s) { return b.CreateAdd(offs[s], b.CreateMul(j, st[s][du])); };
       };
-      if (!vectors) {
-        walk(strided, false);
+      if (!vectors) {  // one by one, each element into its partial
+        loop(b.getInt64(0), n, [&](Value* j) { one(strided(j)); }, "i", true);
         return;
       }
       // Unit strides, or 0 for loads marked invariant (read once per row, splat).
@@ -753,14 +763,14 @@ struct Emitter {
       auto* join = llvm::BasicBlock::Create(ctx, "sum.join", fn);
       b.CreateCondBr(fast, fb, gb);
       b.SetInsertPoint(gb);
-      walk(strided, false);
+      walk(strided, true);
       b.CreateBr(join);
       b.SetInsertPoint(fb);
       walk([&](Value* j) {
         return [&offs, &splat, j, this](size_t s) {
           return s >= 1 && splat[s - 1] ? offs[s] : b.CreateAdd(offs[s], j);
         };
-      }, true);
+      }, false);
       b.CreateBr(join);
       b.SetInsertPoint(join);
     };
