@@ -329,6 +329,11 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
     stack.pop_back();
   }
   std::unordered_map<ir::Node*, NodePtr> grad;
+  // A node reached along several paths gets the sum of their contributions.
+  auto accumulate = [&](ir::Node* to, const NodePtr& part) {
+    auto [slot, fresh] = grad.try_emplace(to, part);
+    if (!fresh) slot->second = bin(Op::Add, slot->second, part);
+  };
   grad[root.get()] = ir::cast(seed, root->dtype);
   std::vector<LeafGrad> out;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -338,8 +343,7 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
     NodePtr g = found->second;
     if (!n->owner.expired()) out.push_back({n.get(), g});
     if (n->grad_via) {
-      auto [slot, fresh] = grad.try_emplace(n->grad_via.get(), g);
-      if (!fresh) slot->second = bin(Op::Add, slot->second, g);
+      accumulate(n->grad_via.get(), g);
       continue;
     }
     if (n->args.empty()) continue;
@@ -348,9 +352,7 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
       const NodePtr& a = n->args[i];
       if (!a->requires_grad || !parts[i]) continue;
       TESSEL_ASSERT("autodiff", parts[i]->shape == a->shape);
-      NodePtr p = ir::cast(parts[i], a->dtype);
-      auto [slot, fresh] = grad.try_emplace(a.get(), p);
-      if (!fresh) slot->second = bin(Op::Add, slot->second, p);
+      accumulate(a.get(), ir::cast(parts[i], a->dtype));
     }
   }
   // The values the backward graph reads are its realized leaves; one written

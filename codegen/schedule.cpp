@@ -337,26 +337,23 @@ namespace {
 // materialized, else the one kernel all its consumers are in, if there is one.
 // Consumers that move or index it (expand, slice, pad, cat) read it at other
 // elements, which would compute it again, so they keep it in memory.
-void share_within_kernels(Schedule& S, const std::vector<ir::NodePtr>& roots,
+// (Roots are pinned: they stay memory.)
+void share_within_kernels(Schedule& S, const std::unordered_map<Node*, std::vector<Node*>>& users,
                           const std::unordered_set<Node*>& pinned) {
   auto& M = S.materialized;
-  std::unordered_map<Node*, std::vector<Node*>> users;
-  for (Node* n : S.order)
-    if (!n->realized())
-      for (auto& a : n->args) users[a.get()].push_back(n);
-  std::unordered_set<Node*> root_set;
-  for (auto& r : roots) root_set.insert(r.get());
+  static const std::vector<Node*> kNone;
   std::unordered_map<Node*, Node*> kernel_of;
   for (auto it = S.order.rbegin(); it != S.order.rend(); ++it) {
     Node* n = *it;
     if (n->realized()) continue;
     const bool marked = M.count(n) > 0;
-    if (marked && (pinned.count(n) || root_set.count(n) || !ir::is_pointwise(n->op))) {
+    if (marked && (pinned.count(n) || !ir::is_pointwise(n->op))) {
       kernel_of[n] = n;
       continue;
     }
     Node* kernel = nullptr;
-    for (Node* u : users[n]) {
+    auto us = users.find(n);
+    for (Node* u : us == users.end() ? kNone : us->second) {
       auto k = kernel_of.find(u);
       const bool same_element = ir::is_elementwise(u->op) || (ir::is_reduction(u->op) && M.count(u));
       if (!same_element || k == kernel_of.end() || (kernel && kernel != k->second)) {
@@ -442,7 +439,16 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     }
   };
   cut_view_sources();
-  if (opts.fuse) share_within_kernels(S, roots, pinned);
+  // Each computed node's consumers (a root's reader is the caller: an entry
+  // with none), for the sharing pass and the row programs.
+  std::unordered_map<Node*, std::vector<Node*>> users;
+  if (opts.fuse) {
+    for (Node* n : S.order)
+      if (!n->realized())
+        for (auto& a : n->args) users[a.get()].push_back(n);
+    for (auto& r : roots) users[r.get()];
+    share_within_kernels(S, users, pinned);
+  }
   // Input and size limits, producers first: reads[n] = buffers read to
   // compute n in a kernel, computes[n] = nodes that kernel computes for it.
   // Both are sets (sorted), since a node shared inside a kernel is read or
@@ -512,11 +518,6 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
   std::unordered_set<Node*> taken;
   std::unordered_map<Node*, RowGroup> groups;
   if (opts.fuse && opts.row_programs) {
-    std::unordered_map<Node*, std::vector<Node*>> users;
-    for (Node* n : S.order)
-      if (!n->realized())
-        for (auto& a : n->args) users[a.get()].push_back(n);
-    for (auto& r : roots) users[r.get()];  // a root's reader is the caller
     RowGrouper G(S, opts, users, pinned, taken);
     for (size_t i = 0; i < S.order.size(); ++i) G.topo[S.order[i]] = i;
     for (auto it = S.order.rbegin(); it != S.order.rend(); ++it) {

@@ -25,20 +25,27 @@ namespace {
 
 constexpr unsigned kStreamVectorBytes = 64;  // one cache line per store
 
-}  // namespace
+bool plain(DType t) { return t != DType::f16 && t != DType::bf16; }
 
-bool streamable(const kir::Kernel& k) {
-  if (k.reduce != kir::ReduceKind::None || k.row_program() || k.indexed()) return false;
-  auto plain = [](DType t) { return t != DType::f16 && t != DType::bf16; };
-  DType out = k.params[0].dtype;
-  if (out == DType::b8 || !plain(out)) return false;
-  for (const kir::Param& p : k.params)
-    if (!plain(p.dtype)) return false;
-  for (const Stmt& s : k.body) {
+// Statements an explicit vector body (every value <lanes x T>) computes:
+// plain element types, no transcendental calls (those are scalar calls).
+bool vector_statements(const std::vector<Stmt>& list) {
+  for (const Stmt& s : list) {
     if (!plain(s.dtype)) return false;
     if (s.kind == StmtKind::Op && ir::has_trait(s.op, ir::kTranscendental)) return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool streamable(const kir::Kernel& k) {
+  if (k.reduce != kir::ReduceKind::None || k.row_program() || k.indexed()) return false;
+  DType out = k.params[0].dtype;
+  if (out == DType::b8 || !plain(out)) return false;
+  for (const kir::Param& p : k.params)
+    if (!plain(p.dtype)) return false;
+  return vector_statements(k.body);
 }
 
 std::string variant_key(const EmitOptions& o) {
@@ -659,19 +666,14 @@ struct Emitter {
     level(base, K);
   }
 
-  // Whether a vector body can compute these statements (as streamable()
-  // asks of an elementwise kernel): plain element types, no transcendental
-  // calls, every load a strided walk.
+  // Whether a vector body can compute a reduction's statements: as
+  // streamable() asks of an elementwise kernel, with every load a strided walk
+  // of plain memory.
   bool vector_body(const std::vector<Stmt>& body) const {
-    if (k.indexed()) return false;
-    for (const Stmt& s : body) {
-      if (s.dtype == DType::f16 || s.dtype == DType::bf16) return false;
-      if (s.kind == StmtKind::Op && ir::has_trait(s.op, ir::kTranscendental)) return false;
-      if (s.kind == StmtKind::Load) {
-        DType t = k.params[static_cast<size_t>(k.load_params[static_cast<size_t>(s.slot)])].dtype;
-        if (t == DType::f16 || t == DType::bf16) return false;
-      }
-    }
+    if (k.indexed() || !vector_statements(body)) return false;
+    for (const Stmt& s : body)
+      if (s.kind == StmtKind::Load && !plain(k.params[static_cast<size_t>(k.load_params[static_cast<size_t>(s.slot)])].dtype))
+        return false;
     return true;
   }
 
