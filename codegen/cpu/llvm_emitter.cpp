@@ -24,6 +24,7 @@ using llvm::Value;
 namespace {
 
 constexpr unsigned kStreamVectorBytes = 64;  // one cache line per store
+constexpr unsigned kColumnBlock = 8;         // rows a column block reduces at once
 
 bool plain(DType t) { return t != DType::f16 && t != DType::bf16; }
 
@@ -522,40 +523,86 @@ struct Emitter {
       }
       for (size_t s = 0; s < slots; ++s) b.CreateStore(base[s], cur[s]);
     }
-    loop(begin, end, [&](Value*) {
-      std::vector<Value*> base(slots);
-      for (size_t s = 0; s < slots; ++s) base[s] = b.CreateLoad(i64, cur[s]);
-      if (k.row_program()) row_program(base, outer);
-      else if (!red) elementwise_rows(base);
-      else reduce_row(base, outer);
-      if (outer == 0) return;
-      auto* stepped = llvm::BasicBlock::Create(ctx, "row.stepped", fn);
-      for (int d = outer - 1; d >= 0; --d) {
-        const size_t du = static_cast<size_t>(d);
-        Value* i = b.CreateAdd(b.CreateLoad(i64, at[du]), b.getInt64(1));
-        auto advance = [&] {
-          b.CreateStore(i, at[du]);
-          for (size_t s = 0; s < slots; ++s)
-            b.CreateStore(b.CreateAdd(b.CreateLoad(i64, cur[s]), st[s][du]), cur[s]);
-          b.CreateBr(stepped);
-        };
-        if (d == 0) {  // the last row of the launch may step past the end: never read
-          advance();
-          break;
-        }
-        auto* inc = llvm::BasicBlock::Create(ctx, "row.inc", fn);
-        auto* wrap = llvm::BasicBlock::Create(ctx, "row.wrap", fn);
-        b.CreateCondBr(b.CreateICmpSLT(i, dims[du]), inc, wrap);
-        b.SetInsertPoint(inc);
-        advance();
-        b.SetInsertPoint(wrap);
-        b.CreateStore(b.getInt64(0), at[du]);
-        Value* back = b.CreateSub(dims[du], b.getInt64(1));
+    // Rows in order; a launch whose sums walk their rows at a stride while
+    // neighbouring rows are neighbours in memory (a bias gradient: a sum over
+    // the batch axis) takes kColumnBlock rows at a time as columns
+    // (column_block), one vector load across the block per row element.
+    const bool columns = column_capable(outer);
+    Value* columns_ok = columns ? column_launch(outer) : nullptr;
+    auto* row_at = eb.CreateAlloca(i64, nullptr, "row");
+    b.CreateStore(begin, row_at);
+    auto* head = llvm::BasicBlock::Create(ctx, "row", fn);
+    auto* exit = llvm::BasicBlock::Create(ctx, "row.exit", fn);
+    b.CreateBr(head);
+    b.SetInsertPoint(head);
+    Value* row = b.CreateLoad(i64, row_at);
+    std::vector<Value*> base(slots);
+    for (size_t s = 0; s < slots; ++s) base[s] = b.CreateLoad(i64, cur[s]);
+    Value* taken = b.getInt64(1);  // rows this iteration computed
+    if (columns) {
+      const size_t last = static_cast<size_t>(outer - 1);
+      Value* block = b.CreateAnd(columns_ok, b.CreateAnd(b.CreateICmpSLE(b.CreateAdd(row, b.getInt64(kColumnBlock)), end),
+                                                        b.CreateICmpSLE(b.CreateAdd(b.CreateLoad(i64, at[last]), b.getInt64(kColumnBlock)),
+                                                                        dims[last])));
+      auto* cb = llvm::BasicBlock::Create(ctx, "row.columns", fn);
+      auto* one = llvm::BasicBlock::Create(ctx, "row.one", fn);
+      auto* joined = llvm::BasicBlock::Create(ctx, "row.computed", fn);
+      b.CreateCondBr(block, cb, one);
+      b.SetInsertPoint(cb);
+      column_block(base, outer);
+      // The block's last row is the current one for the step below (no wrap: the block fits its dim).
+      b.CreateStore(b.CreateAdd(b.CreateLoad(i64, at[last]), b.getInt64(kColumnBlock - 1)), at[last]);
+      for (size_t s = 0; s < slots; ++s)
+        b.CreateStore(b.CreateAdd(base[s], b.CreateMul(b.getInt64(kColumnBlock - 1), st[s][last])), cur[s]);
+      auto* cb_end = b.GetInsertBlock();
+      b.CreateBr(joined);
+      b.SetInsertPoint(one);
+      reduce_row(base, outer);
+      auto* one_end = b.GetInsertBlock();
+      b.CreateBr(joined);
+      b.SetInsertPoint(joined);
+      auto* n = b.CreatePHI(i64, 2, "rows.taken");
+      n->addIncoming(b.getInt64(kColumnBlock), cb_end);
+      n->addIncoming(b.getInt64(1), one_end);
+      taken = n;
+    } else if (k.row_program()) {
+      row_program(base, outer);
+    } else if (!red) {
+      elementwise_rows(base);
+    } else {
+      reduce_row(base, outer);
+    }
+    Value* next_row = b.CreateAdd(row, taken);
+    b.CreateStore(next_row, row_at);
+    auto* stepped = llvm::BasicBlock::Create(ctx, "row.stepped", fn);
+    for (int d = outer - 1; d >= 0; --d) {
+      const size_t du = static_cast<size_t>(d);
+      Value* i = b.CreateAdd(b.CreateLoad(i64, at[du]), b.getInt64(1));
+      auto advance = [&] {
+        b.CreateStore(i, at[du]);
         for (size_t s = 0; s < slots; ++s)
-          b.CreateStore(b.CreateSub(b.CreateLoad(i64, cur[s]), b.CreateMul(back, st[s][du])), cur[s]);
+          b.CreateStore(b.CreateAdd(b.CreateLoad(i64, cur[s]), st[s][du]), cur[s]);
+        b.CreateBr(stepped);
+      };
+      if (d == 0) {  // the last row of the launch may step past the end: never read
+        advance();
+        break;
       }
-      b.SetInsertPoint(stepped);
-    }, "row");
+      auto* inc = llvm::BasicBlock::Create(ctx, "row.inc", fn);
+      auto* wrap = llvm::BasicBlock::Create(ctx, "row.wrap", fn);
+      b.CreateCondBr(b.CreateICmpSLT(i, dims[du]), inc, wrap);
+      b.SetInsertPoint(inc);
+      advance();
+      b.SetInsertPoint(wrap);
+      b.CreateStore(b.getInt64(0), at[du]);
+      Value* back = b.CreateSub(dims[du], b.getInt64(1));
+      for (size_t s = 0; s < slots; ++s)
+        b.CreateStore(b.CreateSub(b.CreateLoad(i64, cur[s]), b.CreateMul(back, st[s][du])), cur[s]);
+    }
+    if (outer == 0) b.CreateBr(stepped);
+    b.SetInsertPoint(stepped);
+    b.CreateCondBr(b.CreateICmpSLT(next_row, end), head, exit);
+    b.SetInsertPoint(exit);
     b.CreateBr(none);
     b.SetInsertPoint(none);
     if (stream) {  // non-temporal stores are weakly ordered: fence before the results are published
@@ -781,6 +828,77 @@ struct Emitter {
     Value* total = fconst(DType::f64, 0.0);
     for (unsigned l = 0; l < L; ++l) total = b.CreateFAdd(total, b.CreateExtractElement(acc, b.getInt64(l)));
     return total;
+  }
+
+  // Column blocks: a floating Sum or Mean whose body a vector computes, with
+  // kept dims to block over.
+  bool column_capable(int outer) const {
+    return outer >= 1 && !k.row_program() && (k.reduce == kir::ReduceKind::Sum || k.reduce == kir::ReduceKind::Mean) &&
+           k.acc_dtype == DType::f64 && vector_body(k.body);
+  }
+
+  // Whether this launch takes column blocks: along the last kept dim every
+  // slot (output and loads) steps by 1, and some load does not walk its row
+  // at unit stride (else the row loop reads contiguous vectors already).
+  Value* column_launch(int outer) {
+    const size_t last = static_cast<size_t>(outer - 1), inner_d = static_cast<size_t>(k.rank - 1);
+    Value* ok = b.getTrue();
+    Value* rows_contiguous = b.getTrue();
+    for (size_t s = 0; s < k.moving_slots(); ++s) {
+      ok = b.CreateAnd(ok, b.CreateICmpEQ(st[s][last], b.getInt64(1)));
+      if (s >= 1)
+        rows_contiguous = b.CreateAnd(rows_contiguous,
+                                      b.CreateICmpEQ(st[s][inner_d], b.getInt64(k.inner_invariant(s - 1) ? 0 : 1)));
+    }
+    return b.CreateAnd(ok, b.CreateNot(rows_contiguous), "columns");
+  }
+
+  // kColumnBlock neighbouring rows of a Sum or Mean at once, in the order
+  // ir::kSumLanes defines for each: element p of every row goes to partial
+  // p % L, each partial a vector across the block (one load of kColumnBlock
+  // neighbours per row element), then 0 + partial 0 + ... + partial L-1, so
+  // every row's result equals the one-row loop's bit for bit.
+  void column_block(const std::vector<Value*>& base, int K) {
+    constexpr unsigned L = ir::kSumLanes;
+    auto* vty = llvm::FixedVectorType::get(b.getDoubleTy(), kColumnBlock);
+    auto* aty = llvm::ArrayType::get(vty, L);
+    llvm::IRBuilder<> eb(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    auto* partial = eb.CreateAlloca(aty, nullptr, "column.partial");
+    auto* pos = eb.CreateAlloca(b.getInt64Ty(), nullptr, "column.pos");
+    b.CreateStore(llvm::Constant::getNullValue(aty), partial);
+    b.CreateStore(b.getInt64(0), pos);
+    const DType vt = k.body[static_cast<size_t>(k.value)].dtype;
+    vconsts.clear();
+    for (Value* c : consts) vconsts.push_back(b.CreateVectorSplat(kColumnBlock, c));
+    std::function<void(const std::vector<Value*>&, int)> level = [&](const std::vector<Value*>& offs, int d) {
+      loop(b.getInt64(0), dims[static_cast<size_t>(d)], [&](Value* i) {
+        std::vector<Value*> o(offs);
+        for (size_t s = 1; s < k.moving_slots(); ++s) o[s] = b.CreateAdd(o[s], b.CreateMul(i, st[s][static_cast<size_t>(d)]));
+        if (d + 1 < k.rank) {
+          level(o, d + 1);
+          return;
+        }
+        lanes = kColumnBlock;
+        auto v = stmts(k.body, [&](int slot) { return o[static_cast<size_t>(slot) + 1]; }, nullptr, nullptr);
+        Value* x = cast(v[static_cast<size_t>(k.value)], vt, DType::f64);
+        lanes = 1;
+        Value* p = b.CreateLoad(b.getInt64Ty(), pos);
+        Value* at = b.CreateInBoundsGEP(aty, partial, {b.getInt64(0), b.CreateAnd(p, b.getInt64(L - 1))});
+        b.CreateStore(b.CreateFAdd(b.CreateLoad(vty, at), x), at);
+        b.CreateStore(b.CreateAdd(p, b.getInt64(1)), pos);
+      }, "column.r", true);
+    };
+    level(base, K);
+    Value* count = b.getInt64(1);
+    for (int d = K; d < k.rank; ++d) count = b.CreateMul(count, dims[static_cast<size_t>(d)]);
+    Value* total = llvm::Constant::getNullValue(vty);
+    for (unsigned l = 0; l < L; ++l)
+      total = b.CreateFAdd(total, b.CreateLoad(vty, b.CreateInBoundsGEP(aty, partial, {b.getInt64(0), b.getInt64(l)})));
+    for (unsigned r = 0; r < kColumnBlock; ++r) {
+      auto e = stmts(k.epilogue, [](int) -> Value* { return nullptr; }, b.CreateExtractElement(total, b.getInt64(r)), count);
+      store(e[static_cast<size_t>(k.result)], k.epilogue[static_cast<size_t>(k.result)].dtype,
+            b.CreateAdd(base[0], b.getInt64(r)));
+    }
   }
 
   // One reduction over a row: the accumulated body, then the epilogue's value.

@@ -98,3 +98,54 @@ TEST_CASE("2^53 and fifteen ones sum to 2^53 + 14 in partial sums (a serial sum 
     CHECK(vals(x.reshape({2, 8}).sum())[0] == 9007199254741006.0);  // over two axes: the same count
   }
 }
+
+TEST_CASE("sums over leading axes (column blocks) add each column in the defined order", "[sum_order]") {
+  // x: [3, 37, 21] summed over axis 1 and over axes {0, 1}. Neighbouring
+  // outputs are neighbours in memory and each one's row walks at stride 21,
+  // so the compiled kernel reduces 8 columns at a time; 21 = 8 + 8 + 5 leaves
+  // rows done one by one between blocks, and the outer dim of 3 wraps after them.
+  Backend* jit = cpu_jit_backend();
+  const uint64_t seed = test_seed("column sums");
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int> e(-30, 30);
+  std::uniform_real_distribution<double> m(-1, 1);
+  const int64_t A = 3, R = 37, J = 21;
+  std::vector<double> v(static_cast<size_t>(A * R * J));
+  for (double& x : v) x = std::ldexp(m(g), e(g));
+  auto at = [&](int64_t a, int64_t r, int64_t j) { return v[static_cast<size_t>((a * R + r) * J + j)]; };
+  std::vector<double> over_r, over_ar;
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t j = 0; j < J; ++j) {
+      std::vector<double> row;
+      for (int64_t r = 0; r < R; ++r) row.push_back(at(a, r, j));
+      over_r.push_back(lane_sum(row));
+    }
+  for (int64_t j = 0; j < J; ++j) {
+    std::vector<double> row;
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t r = 0; r < R; ++r) row.push_back(at(a, r, j));
+    over_ar.push_back(lane_sum(row));
+  }
+  Tensor x = make(v, {A, R, J}, DType::f64);
+  for (Backend* be : {&ref_backend(), jit}) {
+    if (!be) continue;
+    INFO("seed " << seed << " backend " << be->name());
+    BackendOverride o(*be);
+    std::vector<double> s1 = vals(x.sum({1})), s01 = vals(x.sum({0, 1})), m1 = vals(x.mean({1}));
+    REQUIRE(s1.size() == over_r.size());
+    REQUIRE(s01.size() == over_ar.size());
+    for (size_t i = 0; i < s1.size(); ++i) {
+      CHECK(same_bits(s1[i], over_r[i]));
+      CHECK(same_bits(m1[i], over_r[i] / static_cast<double>(R)));
+    }
+    for (size_t i = 0; i < s01.size(); ++i) CHECK(same_bits(s01[i], over_ar[i]));
+    // f32 in, accumulated in f64 and rounded once: the bias gradient's shape.
+    Tensor x32 = x.to(DType::f32);
+    std::vector<double> v32 = vals(x32), got = vals(x32.sum({0, 1}));
+    for (int64_t j = 0; j < J; ++j) {
+      std::vector<double> row;
+      for (int64_t i = 0; i < A * R; ++i) row.push_back(v32[static_cast<size_t>(i * J + j)]);
+      CHECK(got[static_cast<size_t>(j)] == static_cast<double>(static_cast<float>(lane_sum(row))));
+    }
+  }
+}
