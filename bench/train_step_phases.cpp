@@ -2,7 +2,10 @@
 // by phase, with the compiled backend's counters per step -- where a
 // training step's time goes.
 //
-//   build-bench/bench/train_step_phases [steps]
+//   build-bench/bench/train_step_phases [steps] [batch] [hidden]
+//
+// A batch and hidden width of 1 leave the step's arithmetic near nothing:
+// what remains is the host's cost of a step (graph, plan lookup, launches).
 #include <cblas.h>
 
 #include <chrono>
@@ -23,9 +26,10 @@ int main(int argc, char** argv) {
   set_num_threads(1);  // one thread everywhere, as run_benchmarks
   openblas_set_num_threads(1);
   BackendOverride o(*cpu_jit_backend());
-  const int64_t B = 256;
+  const int64_t B = argc > 2 ? std::atoll(argv[2]) : 256;
+  const int64_t hidden = argc > 3 ? std::atoll(argv[3]) : 256;
   manual_seed(0);
-  nn::Sequential net(nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));
+  nn::Sequential net(nn::Linear(784, hidden), nn::ReLU(), nn::Linear(hidden, 10));
   manual_seed(1);  // the batch of run_benchmarks' train_step_b256
   Tensor x = rand({B, 784});
   x.eval();

@@ -796,10 +796,6 @@ struct Emitter {
       auto strided = [&](Value* j) {
         return [&offs, du, j, this](size_t s) { return b.CreateAdd(offs[s], b.CreateMul(j, st[s][du])); };
       };
-      if (!vectors) {  // one by one, each element into its partial
-        loop(b.getInt64(0), n, [&](Value* j) { one(strided(j)); }, "i", true);
-        return;
-      }
       // Unit strides, or 0 for loads marked invariant (read once per row, splat).
       Value* fast = b.getTrue();
       for (size_t s = lo; s < std::min(hi, first_coord); ++s) {
@@ -807,19 +803,36 @@ struct Emitter {
         splat[s - 1] = inv;
         fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][du], b.getInt64(inv ? 0 : 1)));
       }
+      // Coordinates move by their coefficient, as in inner().
+      auto unit = [&offs, &splat, du, first_coord, this](Value* j) {
+        return [&offs, &splat, du, first_coord, j, this](size_t s) {
+          if (s >= first_coord) return b.CreateAdd(offs[s], b.CreateMul(j, st[s][du]));
+          return s >= 1 && splat[s - 1] ? offs[s] : b.CreateAdd(offs[s], j);
+        };
+      };
       auto* fb = llvm::BasicBlock::Create(ctx, "sum.unit", fn);
       auto* gb = llvm::BasicBlock::Create(ctx, "sum.strided", fn);
       auto* join = llvm::BasicBlock::Create(ctx, "sum.join", fn);
       b.CreateCondBr(fast, fb, gb);
+      if (!vectors) {
+        // One by one, each element into its partial. Along unit strides an
+        // invariant load is read at the row's base, so what only it feeds
+        // (the log of a row's sum in cross entropy) is computed once per
+        // row, not once per element.
+        b.SetInsertPoint(gb);
+        loop(b.getInt64(0), n, [&](Value* j) { one(strided(j)); }, "i", true);
+        b.CreateBr(join);
+        b.SetInsertPoint(fb);
+        loop(b.getInt64(0), n, [&](Value* j) { one(unit(j)); }, "i.unit", true);
+        b.CreateBr(join);
+        b.SetInsertPoint(join);
+        return;
+      }
       b.SetInsertPoint(gb);
       walk(strided, true);
       b.CreateBr(join);
       b.SetInsertPoint(fb);
-      walk([&](Value* j) {
-        return [&offs, &splat, j, this](size_t s) {
-          return s >= 1 && splat[s - 1] ? offs[s] : b.CreateAdd(offs[s], j);
-        };
-      }, false);
+      walk(unit, false);
       b.CreateBr(join);
       b.SetInsertPoint(join);
     };
