@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codegen/grad_mode.h"
+#include "codegen/node_table.h"
 #include "runtime/errors.h"
 
 namespace tessel {
@@ -82,19 +83,20 @@ uint32_t op_traits(Op op) {
 
 std::vector<Node*> topo_order(const std::vector<NodePtr>& roots) {
   std::vector<Node*> order;
-  std::unordered_map<Node*, bool> seen;
+  thread_local NodeTable seen;  // the walk below calls nothing that walks again
+  seen.clear();
   // Iterative DFS: trees grown in loops (X /= 2 a hundred times) are deep.
   std::vector<std::pair<Node*, size_t>> stack;
   for (const auto& r : roots) {
-    if (seen.count(r.get())) continue;
+    if (seen.find(r.get())) continue;
     stack.push_back({r.get(), 0});
-    seen[r.get()] = true;
+    seen.put(r.get(), 1);
     while (!stack.empty()) {
       auto& [n, next] = stack.back();
       if (!n->realized() && next < n->args.size()) {
         Node* a = n->args[next++].get();
-        if (!seen.count(a)) {
-          seen[a] = true;
+        if (!seen.find(a)) {
+          seen.put(a, 1);
           stack.push_back({a, 0});
         }
         continue;

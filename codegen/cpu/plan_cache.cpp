@@ -34,17 +34,23 @@ bool Walk::build(const std::vector<ir::NodePtr>& roots, bool keep_grad_values) {
   order.clear();
   stack.clear();
   key.clear();
+  met.clear();
   for (const auto& r : roots) {
     if (seen(r.get())) continue;
     stack.push_back({r.get(), 0});
+    met.put(r.get(), kOnStack);
     while (!stack.empty()) {
       auto& [n, next] = stack.back();
       if (!n->realized() && next < n->args.size()) {
         Node* a = n->args[next++].get();
-        if (!seen(a)) stack.push_back({a, 0});
+        if (!seen(a)) {
+          stack.push_back({a, 0});
+          met.put(a, kOnStack);
+        }
         continue;
       }
       if (order.size() == kMaxPlanNodes) return false;
+      met.put(n, static_cast<int>(order.size()));
       order.push_back(n);
       stack.pop_back();
     }

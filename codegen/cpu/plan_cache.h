@@ -30,6 +30,7 @@
 #include "codegen/ir.h"
 #include "codegen/kernel_ir.h"
 #include "codegen/lower.h"
+#include "codegen/node_table.h"
 
 namespace tessel::cpujit {
 
@@ -114,17 +115,15 @@ struct Walk {
   std::vector<std::pair<ir::Node*, size_t>> stack;
   std::vector<int64_t> key;
 
+  // Each node met: its position in `order`, or kOnStack before it gets one.
+  ir::NodeTable met;
+  static constexpr int kOnStack = -1;
+
   int index_of(const ir::Node* n) const {
-    for (size_t i = order.size(); i-- > 0;)
-      if (order[i] == n) return static_cast<int>(i);
-    return -1;
+    const int* i = met.find(n);
+    return i ? *i : -1;
   }
-  bool seen(const ir::Node* n) const {
-    if (index_of(n) >= 0) return true;
-    for (auto& [m, next] : stack)
-      if (m == n) return true;
-    return false;
-  }
+  bool seen(const ir::Node* n) const { return met.find(n) != nullptr; }
 
   // False when the DAG is too large to plan.
   bool build(const std::vector<ir::NodePtr>& roots, bool keep_grad_values);
