@@ -4,12 +4,11 @@
 
 #include <cstring>
 #include <numeric>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "codegen/builders.h"
 #include "codegen/grad_mode.h"
 #include "codegen/ir_verifier.h"
+#include "codegen/node_table.h"
 #include "codegen/verify_mode.h"
 #include "runtime/errors.h"
 #include "runtime/storage.h"
@@ -307,9 +306,9 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
   // Post-order over the nodes gradients flow through; reversed it visits each
   // node after every node that consumes it.
   std::vector<NodePtr> order;
-  std::unordered_set<ir::Node*> seen;
+  ir::NodeTable seen;  // local: derivative() may differentiate again (grad of grad)
   std::vector<std::pair<NodePtr, size_t>> stack{{root, 0}};
-  seen.insert(root.get());
+  seen.put(root.get(), 1);
   while (!stack.empty()) {
     auto& [n, next] = stack.back();
     // A node with grad_via passes its gradient only to that graph.
@@ -317,7 +316,10 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
     if (next < below) {
       const NodePtr& a = n->grad_via ? n->grad_via : n->args[next];
       ++next;
-      if (a->requires_grad && seen.insert(a.get()).second) stack.push_back({a, 0});
+      if (a->requires_grad && !seen.find(a.get())) {
+        seen.put(a.get(), 1);
+        stack.push_back({a, 0});
+      }
       continue;
     }
     if (n->backward_done)
@@ -328,19 +330,24 @@ std::vector<LeafGrad> gradients(const NodePtr& root, const NodePtr& seed, bool r
     order.push_back(n);
     stack.pop_back();
   }
-  std::unordered_map<ir::Node*, NodePtr> grad;
+  ir::NodeTable grad_at;  // node -> its gradient in grads
+  std::vector<NodePtr> grads;
   // A node reached along several paths gets the sum of their contributions.
   auto accumulate = [&](ir::Node* to, const NodePtr& part) {
-    auto [slot, fresh] = grad.try_emplace(to, part);
-    if (!fresh) slot->second = bin(Op::Add, slot->second, part);
+    if (int* i = grad_at.find(to)) {
+      grads[static_cast<size_t>(*i)] = bin(Op::Add, grads[static_cast<size_t>(*i)], part);
+      return;
+    }
+    grad_at.put(to, static_cast<int>(grads.size()));
+    grads.push_back(part);
   };
-  grad[root.get()] = ir::cast(seed, root->dtype);
+  accumulate(root.get(), ir::cast(seed, root->dtype));
   std::vector<LeafGrad> out;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const NodePtr& n = *it;
-    auto found = grad.find(n.get());
-    if (found == grad.end()) continue;
-    NodePtr g = found->second;
+    const int* found = grad_at.find(n.get());
+    if (!found) continue;
+    NodePtr g = grads[static_cast<size_t>(*found)];
     if (!n->owner.expired()) out.push_back({n.get(), g});
     if (n->grad_via) {
       accumulate(n->grad_via.get(), g);

@@ -56,6 +56,9 @@ class NodeTable {
     int value = 0;
     uint32_t generation = 0;
   };
+  // 512 bytes: under glibc's smallest "large" request, which would first
+  // consolidate every freed small chunk.
+  static constexpr size_t kFirstSlots = 32;
   std::vector<Slot> slots_;  // a power of two, at most half full
   uint32_t generation_ = 1;
   size_t size_ = 0;
@@ -73,7 +76,7 @@ class NodeTable {
   void grow() {
     std::vector<Slot> old;
     old.swap(slots_);
-    slots_.assign(old.empty() ? 64 : 2 * old.size(), Slot{});
+    slots_.assign(old.empty() ? kFirstSlots : 2 * old.size(), Slot{});
     for (const Slot& s : old)
       if (s.generation == generation_) place(s.node, s.value);
   }

@@ -2,11 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <unordered_map>
-#include <unordered_set>
-
 #include "codegen/backend.h"
 #include "codegen/movement.h"
+#include "codegen/node_table.h"
 #include "dsl/lazy_registry.h"
 #include "runtime/storage.h"
 
@@ -43,16 +41,19 @@ void assign_all_(const std::vector<Tensor>& dsts, std::vector<Tensor>&& values) 
     return;
   }
   // Pending values go into one realization per device.
-  std::unordered_map<const ir::Node*, int> refs;  // uses of each node inside the values' graphs
+  ir::NodeTable refs;  // uses of each node inside the values' graphs
   std::vector<ir::NodePtr> roots;
   for (const Tensor& v : values) roots.push_back(v.node());
   for (ir::Node* n : ir::topo_order(roots))
-    for (const auto& a : n->args) ++refs[a.get()];
+    for (const auto& a : n->args) {
+      const int* r = refs.find(a.get());
+      refs.put(a.get(), r ? *r + 1 : 1);
+    }
   roots.clear();  // holds no node from here on (use counts below)
-  std::unordered_set<const ir::Node*> own;
+  ir::NodeTable own;
   std::vector<const Storage*> storages;
   for (size_t i = 0; i < count; ++i) {
-    own.insert(values[i].node().get());
+    own.put(values[i].node().get(), 1);
     storages.push_back(dsts[i].buffer().storage.get());
   }
   // Other lazy readers of the destinations see the old bytes.
@@ -71,7 +72,8 @@ void assign_all_(const std::vector<Tensor>& dsts, std::vector<Tensor>&& values) 
       const ir::NodePtr& n = values[i].node();
       // Only a value no one else can observe may become its destination's
       // memory: held by this one handle and read only inside these graphs.
-      const bool unshared = values[i].impl_ptr().use_count() == 1 && n.use_count() == 1 + refs[n.get()];
+      const int* uses = refs.find(n.get());
+      const bool unshared = values[i].impl_ptr().use_count() == 1 && n.use_count() == 1 + (uses ? *uses : 0);
       vs.push_back(n);
       into.push_back(unshared ? dsts[i].buffer() : ir::BufferView{});
     }

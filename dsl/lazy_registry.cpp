@@ -53,25 +53,25 @@ void register_pending(const std::shared_ptr<TensorImpl>& impl) {
   R.pending.push_back(impl);
 }
 
-std::vector<Tensor> pending_among(const std::unordered_set<const ir::Node*>& nodes) {
+std::vector<Tensor> pending_among(const ir::NodeTable& nodes) {
   std::vector<Tensor> out;
   Registry& R = registry();
   std::lock_guard lock(R.mu);
   for (auto& w : R.pending) {
     auto p = w.lock();
-    if (p && !p->deferred && p->node && !p->node->realized() && nodes.count(p->node.get())) out.emplace_back(p);
+    if (p && !p->deferred && p->node && !p->node->realized() && nodes.find(p->node.get())) out.emplace_back(p);
   }
   return out;
 }
 
-void realize_readers_of(const std::vector<const Storage*>& storages, const std::unordered_set<const ir::Node*>& except) {
+void realize_readers_of(const std::vector<const Storage*>& storages, const ir::NodeTable& except) {
   std::vector<Tensor> todo;
   {
     Registry& R = registry();
     std::lock_guard lock(R.mu);
     for (auto& w : R.pending) {
       auto p = w.lock();
-      if (!p || (p->node && except.count(p->node.get()))) continue;
+      if (!p || (p->node && except.find(p->node.get()))) continue;
       bool hit = false;
       if (p->deferred) {
         for (const Storage* s : storages) hit = hit || p->deferred->reads(s);

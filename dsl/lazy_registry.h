@@ -4,10 +4,10 @@
 #pragma once
 
 #include <memory>
-#include <unordered_set>
 #include <vector>
 
 #include "codegen/ir.h"
+#include "codegen/node_table.h"
 #include "runtime/storage.h"
 
 namespace tessel {
@@ -35,10 +35,10 @@ class DeferPendingScope {
 void realize_readers_of(const Storage* storage);
 /// Realizes every pending tensor whose graph reads one of `storages`, but for
 /// those whose value is one of `except` (the values about to be written there).
-void realize_readers_of(const std::vector<const Storage*>& storages, const std::unordered_set<const ir::Node*>& except);
+void realize_readers_of(const std::vector<const Storage*>& storages, const ir::NodeTable& except);
 
 class Tensor;
 /// The pending (lazy, still held) tensors whose value is one of `nodes`.
-std::vector<Tensor> pending_among(const std::unordered_set<const ir::Node*>& nodes);
+std::vector<Tensor> pending_among(const ir::NodeTable& nodes);
 
 }  // namespace tessel

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <unordered_set>
 
 #include "codegen/autodiff.h"
 #include "codegen/backend.h"
@@ -696,8 +697,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   std::vector<Tensor> forward_roots;
   if (!is_realized()) {
     forward_roots.push_back(*this);
-    std::unordered_set<const ir::Node*> forward;
-    for (ir::Node* n : ir::topo_order({node()})) forward.insert(n);
+    ir::NodeTable forward;
+    for (ir::Node* n : ir::topo_order({node()})) forward.put(n, 1);
     for (Tensor& t : pending_among(forward))
       if (!t.is_same(*this)) forward_roots.push_back(std::move(t));
   }

@@ -12,7 +12,7 @@ TEST_CASE("NodeTable stores, updates and forgets node values across growth and c
   auto node = [&](size_t i) { return reinterpret_cast<const ir::Node*>(&bytes[i * 64]); };
   ir::NodeTable t;
   CHECK(t.find(node(0)) == nullptr);  // an empty table finds nothing
-  for (int i = 0; i < 1000; ++i) t.put(node(static_cast<size_t>(i)), i);  // grows past 64 slots several times
+  for (int i = 0; i < 1000; ++i) t.put(node(static_cast<size_t>(i)), i);  // grows past its first 32 slots several times
   CHECK(t.size() == 1000);
   for (int i = 0; i < 1000; ++i) {
     const int* v = t.find(node(static_cast<size_t>(i)));
