@@ -10,7 +10,10 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <mutex>
 
@@ -309,6 +312,14 @@ class GlooProcessGroup : public ProcessGroup {
 std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                       std::chrono::milliseconds timeout, const std::string& host,
                                                       bool iface) {
+  // Gloo writes to its peers' sockets with writev, which raises SIGPIPE once a
+  // peer has died. Its default action ends this rank at once and silently,
+  // before the collective can fail with the DistError that names the dead
+  // rank (seen when one of four ranks is killed). Ignored, as Python ignores
+  // it for PyTorch, the write fails with EPIPE and gloo reports it. A handler
+  // the program installed is left alone.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, timeout, host, iface);
 }
 

@@ -81,9 +81,7 @@ TEST_CASE("a rank killed with SIGKILL mid-training makes the others' backward fa
     CHECK(results[r].output.find("rank 1 did not reach it or died") != std::string::npos);
     auto p = results[r].output.find("failed after ");
     REQUIRE(p != std::string::npos);
-    // The 2 s timeout, and not a hang: with make test's other tests on both
-    // cores, four ranks may wait well past half a second to be scheduled.
-    CHECK(std::stod(results[r].output.substr(p + 13)) <= 4.0);
+    CHECK(std::stod(results[r].output.substr(p + 13)) <= 2.5);  // the 2 s timeout, give or take scheduling
   }
 }
 
