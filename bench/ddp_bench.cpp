@@ -4,8 +4,10 @@
 // nn::DistributedDataParallel on its DistributedSampler share, global batch
 // 256 (256 / world per rank). After a few warm-up batches (kernel compiles),
 // each timed epoch runs between two barriers; rank 0 prints one line with the
-// median epoch:
+// median epoch, and with more than one rank the median time of one all_reduce
+// of all the gradients' elements and of one element, alone:
 //   ddp_bench world=2 batches=235 samples=60160 seconds=S samples_per_s=X loss=L
+//   ddp_bench all_reduce elements=203530 ms=A one_ms=B
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -77,6 +79,27 @@ int main(int argc, char** argv) {
     if (rank == 0)
       fmt::print("ddp_bench world={} batches={} samples={} seconds={:.4f} samples_per_s={:.1f} loss={:.4f}\n", world,
                  batches_run, samples, med, static_cast<double>(samples) / med, last_loss);
+    if (world > 1) {
+      // The engine's own limit: one all_reduce of every gradient (what DDP's
+      // single bucket moves per step) and of one float (the latency), alone.
+      int64_t numel = 0;
+      for (auto& p : ddp->parameters()) numel += p.numel();
+      auto median_ms = [&](const Tensor& t) {
+        std::vector<double> ms;
+        for (int i = 0; i < 110; ++i) {
+          dist::barrier();
+          auto a = std::chrono::steady_clock::now();
+          dist::all_reduce(t);
+          if (i >= 10) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+      };
+      Tensor grads = zeros({numel}), one = zeros({1});
+      realize({grads, one});
+      const double all_ms = median_ms(grads), one_ms = median_ms(one);
+      if (rank == 0) fmt::print("ddp_bench all_reduce elements={} ms={:.4f} one_ms={:.4f}\n", numel, all_ms, one_ms);
+    }
     std::fflush(stdout);
     dist::destroy_process_group();
   } catch (const std::exception& e) {

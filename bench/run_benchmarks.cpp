@@ -1399,6 +1399,12 @@ void print_figure_notes() {
                          f(two, 0), f(eff, 3));
     };
     fmt::print("\nddp_fashion_epoch: tessel {}\n", sps(""));
+    if (auto a = num("ddp_fashion_epoch", "gloo_all_reduce_ms"))
+      fmt::print("ddp_fashion_epoch: gloo alone, 2 processes: all_reduce of the {:.0f} gradient elements {:.3f} ms, of "
+                 "one element {:.3f} ms; efficiency that allows without overlap {:.3f}\n",
+                 num("ddp_fashion_epoch", "gloo_all_reduce_elements").value_or(0), *a,
+                 num("ddp_fashion_epoch", "gloo_all_reduce_one_ms").value_or(0),
+                 num("ddp_fashion_epoch", "efficiency_bound_gloo").value_or(0));
     if (num("ddp_fashion_epoch", "torch2_ddp_samples_per_s_1proc"))
       fmt::print("ddp_fashion_epoch: torch2_ddp {} (1 process: the plain model)\n", sps("torch2_ddp_"));
   }
@@ -1541,9 +1547,18 @@ void ddp_fashion_epoch() {
     double seconds = 0, sps = 0;
     long long batches = 0, samples = 0;
     int w = 0;
-    while (p && std::fgets(line, sizeof line, p))
+    long long elements = 0;
+    double all_reduce_ms = 0, one_ms = 0;
+    while (p && std::fgets(line, sizeof line, p)) {
       std::sscanf(line, "ddp_bench world=%d batches=%lld samples=%lld seconds=%lf samples_per_s=%lf", &w, &batches,
                   &samples, &seconds, &sps);
+      std::sscanf(line, "ddp_bench all_reduce elements=%lld ms=%lf one_ms=%lf", &elements, &all_reduce_ms, &one_ms);
+    }
+    if (all_reduce_ms > 0) {
+      results.set(fig, "gloo_all_reduce_ms", all_reduce_ms);
+      results.set(fig, "gloo_all_reduce_one_ms", one_ms);
+      results.set(fig, "gloo_all_reduce_elements", static_cast<double>(elements));
+    }
     if (p) pclose(p);
     if (sps <= 0) {
       results.note(fig, fmt::format("error_{}proc", world), "ddp_bench printed no result");
@@ -1555,6 +1570,13 @@ void ddp_fashion_epoch() {
     results.set(fig, "samples", static_cast<double>(samples));
   }
   if (per_s[1] > 0 && per_s[2] > 0) results.set(fig, "scaling_efficiency", per_s[2] / (2 * per_s[1]));
+  // What the engine allows: each rank computes half a global batch in half
+  // the 1-process time, then moves every gradient once (the one bucket's
+  // all_reduce, which nothing is left to overlap); efficiency T1 / (T1 + 2A).
+  if (auto a = results.numbers[fig].find("gloo_all_reduce_ms"); per_s[1] > 0 && a != results.numbers[fig].end()) {
+    const double t1_ms = 256.0 / per_s[1] * 1000;
+    results.set(fig, "efficiency_bound_gloo", t1_ms / (t1_ms + 2 * a->second));
+  }
   results.note(fig, "setup", "Fashion-MNIST MLP 784-256-10, SGD lr 0.1, global batch 256, DDP + DistributedSampler, "
                              "gloo on loopback, 1 thread per process; median of 3 epochs");
 }

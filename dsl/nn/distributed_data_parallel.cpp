@@ -170,6 +170,8 @@ Tensor DistributedDataParallelImpl::forward(const Tensor& x) {
 
 void DistributedDataParallelImpl::abandon_in_flight() noexcept {
   for (BucketState& b : buckets_) {
+    if (b.gate) b.gate->cancel();  // a no-op where it opened
+    b.gate.reset();
     if (b.work) {
       try {
         b.work->wait();  // its memory must outlive it; its error belongs to a backward that already failed
@@ -195,6 +197,15 @@ void DistributedDataParallelImpl::on_grad_ready(size_t i) {
     log_.clear();
     in_backward_ = true;
     autograd::queue_callback([this] { finish_gradient_synchronization(); });
+    if (group_->agrees_ahead()) {
+      // Every bucket's all_reduce now, in bucket order: the ranks agree on the
+      // calls while backward still computes; each moves when its bucket is full.
+      for (size_t k = 0; k < buckets_.size(); ++k) {
+        BucketState& b = buckets_[k];
+        b.gate = std::make_shared<dist::ReadyGate>();
+        b.work = group_->all_reduce_after(dist::comm_buffer(b.data), dist::ReduceOp::avg, b.gate);
+      }
+    }
   }
   Slot& s = slots_[i];
   s.ready = true;
@@ -215,7 +226,8 @@ void DistributedDataParallelImpl::launch_ready_buckets() {
   // In bucket order on every rank, whatever order they filled in: collectives must match.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].ready) {
     BucketState& b = buckets_[next_bucket_];
-    b.work = group_->all_reduce(dist::comm_buffer(b.data), dist::ReduceOp::avg);
+    if (b.gate) b.gate->open();
+    else b.work = group_->all_reduce(dist::comm_buffer(b.data), dist::ReduceOp::avg);
     log_.push_back(fmt::format("launch {}", next_bucket_));
     ++next_bucket_;
   }
@@ -236,6 +248,7 @@ void DistributedDataParallelImpl::finish_gradient_synchronization() {
   in_backward_ = false;
   for (size_t k = 0; k < buckets_.size(); ++k) {
     BucketState& b = buckets_[k];
+    b.gate.reset();
     dist::WorkPtr w = std::move(b.work);
     try {
       if (w) w->wait();

@@ -119,6 +119,9 @@ class DistributedDataParallelImpl : public Module {
     size_t pending = 0;
     bool ready = false;
     dist::WorkPtr work;
+    // Where the group agrees ahead: the all_reduce is submitted when backward
+    // starts and moves the bucket when this opens.
+    std::shared_ptr<dist::ReadyGate> gate;
   };
   Device model_device() const;
   void check_same_model_and_broadcast();

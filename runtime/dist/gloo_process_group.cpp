@@ -143,6 +143,31 @@ class GlooProcessGroup : public ProcessGroup {
                   [this, buf, op, fn](uint32_t tag) { run_all_reduce(buf, op, fn, tag); });
   }
 
+  bool agrees_ahead() const override { return true; }
+
+  WorkPtr all_reduce_after(CommBuffer buf, ReduceOp op, std::shared_ptr<ReadyGate> gate) override {
+    check_cpu("all_reduce", buf);
+    auto fn = reducer(buf.dtype, op);
+    if (!fn || (op == ReduceOp::avg && !is_floating(buf.dtype)))
+      throw DTypeError(fmt::format("all_reduce_after: the gloo backend averages f32 and f64 tensors and sums or maxes "
+                                   "i32 and i64 ones, not {} with {}",
+                                   dtype_name(buf.dtype), reduce_op_name(op)));
+    return submit({"all_reduce", static_cast<int64_t>(op), buf.dtype, buf.shape},
+                  [this, buf, op, fn, gate](uint32_t tag) {
+                    const ReadyGate::State s = gate->wait(timeout_);
+                    if (s != ReadyGate::State::open) {
+                      // This rank skips a transfer the others make: out of step for good.
+                      std::string why = s == ReadyGate::State::cancelled
+                                            ? "its caller cancelled it before the data was ready"
+                                            : fmt::format("its data was not ready within {} ms", timeout_.count());
+                      std::lock_guard lock(broken_mu_);
+                      broken_ = fmt::format("an all_reduce on rank {} never moved its data: {}", rank_, why);
+                      throw DistError(broken_);
+                    }
+                    run_all_reduce(buf, op, fn, tag);
+                  });
+  }
+
   WorkPtr broadcast(CommBuffer buf, int root) override {
     check_cpu("broadcast", buf);
     check_root("broadcast", root);

@@ -21,6 +21,8 @@
 #include <string>
 
 #include "runtime/device.h"
+#include "runtime/dist/ready_gate.h"
+#include "runtime/errors.h"
 #include "runtime/dtype.h"
 #include "runtime/shape.h"
 
@@ -68,6 +70,18 @@ class ProcessGroup {
   virtual WorkPtr reduce_scatter(CommBuffer out, CommBuffer in, ReduceOp op) = 0;
   /// Completes when every rank has reached it.
   virtual WorkPtr barrier() = 0;
+
+  /// Whether all_reduce_after() agrees on the call before its data is ready.
+  virtual bool agrees_ahead() const { return false; }
+  /// all_reduce of memory still being written: the ranks agree on the call
+  /// now, and the data moves once `gate` opens (ready_gate.h). A cancelled
+  /// gate skips the transfer, which the other ranks still make: this group is
+  /// then out of step, so it fails every later call, and the others fail
+  /// within the timeout naming this rank. A gate left waiting for the whole
+  /// timeout is a DistError too. Only where agrees_ahead().
+  virtual WorkPtr all_reduce_after(CommBuffer, ReduceOp, std::shared_ptr<ReadyGate>) {
+    throw InternalError("all_reduce_after on a " + backend() + " process group, which does not agree ahead");
+  }
 };
 
 }  // namespace tessel::dist

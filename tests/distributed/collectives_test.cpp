@@ -107,3 +107,18 @@ TEST_CASE("a hung rank makes the others fail within the timeout naming it", "[di
   CHECK(results[0].seconds < 6.0);
   CHECK(results[1].signal == 9);  // still hanging, killed by the test
 }
+
+TEST_CASE("all_reduce_after moves what the buffer holds when its gate opens, and a cancelled gate fails both ranks",
+          "[distributed]") {
+  auto results = run_worker("gated", 2);
+  for (auto& r : results) CHECK(r.output.find("ok gated [3, 5, 7, 9]") != std::string::npos);  // (1+i) + (2+i)
+  INFO("rank 0:\n" << results[0].output << "rank 1:\n" << results[1].output);
+  CHECK(results[0].output.find("an all_reduce on rank 0 never moved its data: its caller cancelled it before the "
+                               "data was ready") != std::string::npos);
+  CHECK(seconds_to_fail(results[0].output) < 1.0);  // at once, not after the timeout
+  CHECK(results[0].output.find("DistError: all_reduce (collective #3): this process group failed earlier and cannot "
+                               "be used") != std::string::npos);
+  CHECK(results[0].exit_code == 3);
+  CHECK(results[1].output.find("failed on rank 1: rank 0 did not reach it or died") != std::string::npos);
+  CHECK(seconds_to_fail(results[1].output) <= 2.1);  // the 2 s timeout
+}

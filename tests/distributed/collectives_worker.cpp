@@ -165,6 +165,34 @@ int main(int argc, char** argv) {
         fmt::print("failed after {:.2f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         throw;
       }
+    } else if (scenario == "gated") {
+      // all_reduce_after: submitted before its data exists; what moves is
+      // what the buffer holds when the gate opens.
+      Tensor t = zeros({4});
+      t.eval();
+      auto gate = std::make_shared<dist::ReadyGate>();
+      dist::WorkPtr w = pg->all_reduce_after(dist::comm_buffer(t), dist::ReduceOp::sum, gate);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the agreement is done by now; the data is not
+      for (int i = 0; i < 4; ++i) reinterpret_cast<float*>(t.buffer().bytes(DType::f32))[i] = static_cast<float>(rank + 1 + i);
+      t.buffer().storage->bump_version();
+      gate->open();
+      w->wait();
+      fmt::print("ok gated {}\n", t.to_vector<float>());
+      // Rank 0 cancels the next one: it fails at once and stays failed; rank 1
+      // waits for a partner that never sends and fails naming rank 0.
+      auto next = std::make_shared<dist::ReadyGate>();
+      dist::WorkPtr w2 = pg->all_reduce_after(dist::comm_buffer(t), dist::ReduceOp::sum, next);
+      if (rank == 0) next->cancel();
+      else next->open();
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        w2->wait();
+        fmt::print("FAIL the cancelled all_reduce returned\n");
+      } catch (const DistError& e) {
+        fmt::print("failed after {:.2f} s: {}\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   e.what());
+      }
+      if (rank == 0) dist::all_reduce(t);  // out of step for good: a DistError
     } else if (scenario == "exit_rank1") {
       fmt::print("rank {} of {} joined\n", rank, size);
       std::fflush(stdout);
