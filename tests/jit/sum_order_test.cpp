@@ -28,19 +28,26 @@ double lane_sum(const std::vector<double>& row) {
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
+// `n` values of random sign and magnitude between 2^-30 and 2^30, from the
+// printed seed of `suite`: sums of them round at every add.
+std::vector<double> spread_values(const char* suite, size_t n) {
+  const uint64_t seed = test_seed(suite);
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int> e(-30, 30);
+  std::uniform_real_distribution<double> m(-1, 1);
+  std::vector<double> v(n);
+  for (double& x : v) x = std::ldexp(m(g), e(g));
+  return v;
+}
+
 }  // namespace
 
 TEST_CASE("floating sums add in 8 partial sums, the same bits on the ref interpreter and compiled", "[sum_order]") {
   Backend* jit = cpu_jit_backend();
-  const uint64_t seed = test_seed("sum order");
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<int> e(-30, 30);
-  std::uniform_real_distribution<double> m(-1, 1);
   // [rows, a, b]: every row sums a * b elements; b = 37 is no multiple of 8, so
   // the partial an element goes to shifts from one inner run to the next.
   const int64_t rows = 3, A = 5, B = 37;
-  std::vector<double> v(static_cast<size_t>(rows * A * B));
-  for (double& x : v) x = std::ldexp(m(g), e(g));
+  const std::vector<double> v = spread_values("sum order", static_cast<size_t>(rows * A * B));
   Tensor x = make(v, {rows, A, B}, DType::f64);
   auto expected = [&](bool transposed) {
     std::vector<double> out;
@@ -59,7 +66,7 @@ TEST_CASE("floating sums add in 8 partial sums, the same bits on the ref interpr
   for (bool transposed : {false, true}) {
     for (Backend* be : {&ref_backend(), jit}) {
       if (!be) continue;
-      INFO("seed " << seed << " backend " << be->name() << (transposed ? " transposed (strided rows)" : ""));
+      INFO("backend " << be->name() << (transposed ? " transposed (strided rows)" : ""));
       BackendOverride o(*be);
       Tensor in = transposed ? x.transpose(1, 2) : x;
       std::vector<double> got = vals(in.sum({1, 2})), want = expected(transposed);
@@ -105,13 +112,8 @@ TEST_CASE("sums over leading axes (column blocks) add each column in the defined
   // so the compiled kernel reduces 8 columns at a time; 21 = 8 + 8 + 5 leaves
   // rows done one by one between blocks, and the outer dim of 3 wraps after them.
   Backend* jit = cpu_jit_backend();
-  const uint64_t seed = test_seed("column sums");
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<int> e(-30, 30);
-  std::uniform_real_distribution<double> m(-1, 1);
   const int64_t A = 3, R = 37, J = 21;
-  std::vector<double> v(static_cast<size_t>(A * R * J));
-  for (double& x : v) x = std::ldexp(m(g), e(g));
+  const std::vector<double> v = spread_values("column sums", static_cast<size_t>(A * R * J));
   auto at = [&](int64_t a, int64_t r, int64_t j) { return v[static_cast<size_t>((a * R + r) * J + j)]; };
   std::vector<double> over_r, over_ar;
   for (int64_t a = 0; a < A; ++a)
@@ -129,7 +131,7 @@ TEST_CASE("sums over leading axes (column blocks) add each column in the defined
   Tensor x = make(v, {A, R, J}, DType::f64);
   for (Backend* be : {&ref_backend(), jit}) {
     if (!be) continue;
-    INFO("seed " << seed << " backend " << be->name());
+    INFO("backend " << be->name());  // the seed is printed by spread_values
     BackendOverride o(*be);
     std::vector<double> s1 = vals(x.sum({1})), s01 = vals(x.sum({0, 1})), m1 = vals(x.mean({1}));
     REQUIRE(s1.size() == over_r.size());
