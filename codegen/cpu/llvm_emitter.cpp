@@ -740,14 +740,14 @@ struct Emitter {
     b.CreateStore(b.getInt64(0), pos);
     const DType vt = body[static_cast<size_t>(value)].dtype;
     const size_t lo = 1, hi = k.moving_slots();
-    auto one = [&](const std::function<Value*(size_t)>& index) {
+    // Element at position p of the row into partial p % L. Only that lane's
+    // double is read and written, and p comes from the loop's index, so
+    // consecutive elements form no chain through memory.
+    auto one = [&](const std::function<Value*(size_t)>& index, Value* p) {
       auto v = stmts(body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
       Value* x = cast(v[static_cast<size_t>(value)], vt, DType::f64);
-      Value* p = b.CreateLoad(b.getInt64Ty(), pos);
-      Value* lane = b.CreateAnd(p, b.getInt64(L - 1));
-      Value* acc = b.CreateLoad(vty, partial);
-      b.CreateStore(b.CreateInsertElement(acc, b.CreateFAdd(b.CreateExtractElement(acc, lane), x), lane), partial);
-      b.CreateStore(b.CreateAdd(p, b.getInt64(1)), pos);
+      Value* at = b.CreateInBoundsGEP(b.getDoubleTy(), partial, b.CreateAnd(p, b.getInt64(L - 1)));
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), at), x), at);
     };
     const bool vectors = vector_body(body);
     const size_t first_coord = k.load_params.size() + 1;
@@ -771,7 +771,7 @@ struct Emitter {
         Value* p0 = b.CreateLoad(b.getInt64Ty(), pos);
         Value* head = b.CreateAnd(b.CreateSub(b.getInt64(L), b.CreateAnd(p0, b.getInt64(L - 1))), b.getInt64(L - 1));
         head = b.CreateSelect(b.CreateICmpSLT(head, n), head, n);
-        loop(b.getInt64(0), head, [&](Value* j) { one(at(j)); }, "sum.head", true);
+        loop(b.getInt64(0), head, [&](Value* j) { one(at(j), b.CreateAdd(p0, j)); }, "sum.head", true);
         Value* groups = b.CreateSDiv(b.CreateSub(n, head), b.getInt64(L));
         vconsts.clear();
         for (Value* c : consts) vconsts.push_back(b.CreateVectorSplat(L, c));
@@ -790,8 +790,8 @@ struct Emitter {
         splat_loads = nullptr;
         gather_strides = nullptr;
         Value* done = b.CreateAdd(head, b.CreateMul(groups, b.getInt64(L)));
-        b.CreateStore(b.CreateAdd(p0, done), pos);
-        loop(done, n, [&](Value* j) { one(at(j)); }, "sum.tail", true);
+        loop(done, n, [&](Value* j) { one(at(j), b.CreateAdd(p0, j)); }, "sum.tail", true);
+        b.CreateStore(b.CreateAdd(p0, n), pos);
       };
       auto strided = [&](Value* j) {
         return [&offs, du, j, this](size_t s) { return b.CreateAdd(offs[s], b.CreateMul(j, st[s][du])); };
@@ -820,10 +820,14 @@ struct Emitter {
         // (the log of a row's sum in cross entropy) is computed once per
         // row, not once per element.
         b.SetInsertPoint(gb);
-        loop(b.getInt64(0), n, [&](Value* j) { one(strided(j)); }, "i", true);
+        Value* p0 = b.CreateLoad(b.getInt64Ty(), pos);
+        loop(b.getInt64(0), n, [&](Value* j) { one(strided(j), b.CreateAdd(p0, j)); }, "i", true);
+        b.CreateStore(b.CreateAdd(p0, n), pos);
         b.CreateBr(join);
         b.SetInsertPoint(fb);
-        loop(b.getInt64(0), n, [&](Value* j) { one(unit(j)); }, "i.unit", true);
+        Value* q0 = b.CreateLoad(b.getInt64Ty(), pos);
+        loop(b.getInt64(0), n, [&](Value* j) { one(unit(j), b.CreateAdd(q0, j)); }, "i.unit", true);
+        b.CreateStore(b.CreateAdd(q0, n), pos);
         b.CreateBr(join);
         b.SetInsertPoint(join);
         return;
@@ -884,10 +888,14 @@ struct Emitter {
     vconsts.clear();
     for (Value* c : consts) vconsts.push_back(b.CreateVectorSplat(kColumnBlock, c));
     std::function<void(const std::vector<Value*>&, int)> level = [&](const std::vector<Value*>& offs, int d) {
+      const bool innermost = d + 1 == k.rank;
+      // The position of the innermost loop's elements: its start plus the
+      // loop index, with no chain through memory from one element to the next.
+      Value* p0 = innermost ? b.CreateLoad(b.getInt64Ty(), pos) : nullptr;
       loop(b.getInt64(0), dims[static_cast<size_t>(d)], [&](Value* i) {
         std::vector<Value*> o(offs);
         for (size_t s = 1; s < k.moving_slots(); ++s) o[s] = b.CreateAdd(o[s], b.CreateMul(i, st[s][static_cast<size_t>(d)]));
-        if (d + 1 < k.rank) {
+        if (!innermost) {
           level(o, d + 1);
           return;
         }
@@ -895,11 +903,11 @@ struct Emitter {
         auto v = stmts(k.body, [&](int slot) { return o[static_cast<size_t>(slot) + 1]; }, nullptr, nullptr);
         Value* x = cast(v[static_cast<size_t>(k.value)], vt, DType::f64);
         lanes = 1;
-        Value* p = b.CreateLoad(b.getInt64Ty(), pos);
-        Value* at = b.CreateInBoundsGEP(aty, partial, {b.getInt64(0), b.CreateAnd(p, b.getInt64(L - 1))});
+        Value* lane = b.CreateAnd(b.CreateAdd(p0, i), b.getInt64(L - 1));
+        Value* at = b.CreateInBoundsGEP(aty, partial, {b.getInt64(0), lane});
         b.CreateStore(b.CreateFAdd(b.CreateLoad(vty, at), x), at);
-        b.CreateStore(b.CreateAdd(p, b.getInt64(1)), pos);
       }, "column.r", true);
+      if (innermost) b.CreateStore(b.CreateAdd(p0, dims[static_cast<size_t>(d)]), pos);
     };
     level(base, K);
     Value* count = b.getInt64(1);
