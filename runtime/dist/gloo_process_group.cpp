@@ -13,7 +13,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstring>
 #include <mutex>
 
@@ -128,44 +127,12 @@ class GlooProcessGroup : public ProcessGroup {
   std::chrono::milliseconds timeout() const override { return timeout_; }
   Device::Kind device_kind() const override { return Device::Kind::cpu; }
 
-  WorkPtr all_reduce(CommBuffer buf, ReduceOp op) override {
-    check_cpu("all_reduce", buf);
-    auto fn = reducer(buf.dtype, op);
-    if (!fn)
-      throw DTypeError(fmt::format("all_reduce: the gloo backend reduces f32, f64, i32 and i64 tensors, not {}; "
-                                   "convert first with .to(DType::f32)",
-                                   dtype_name(buf.dtype)));
-    if (op == ReduceOp::avg && !is_floating(buf.dtype))
-      throw DTypeError(fmt::format("all_reduce(avg): an average of {} tensors would truncate; use sum and divide, "
-                                   "or convert to a floating dtype",
-                                   dtype_name(buf.dtype)));
-    return submit({"all_reduce", static_cast<int64_t>(op), buf.dtype, buf.shape},
-                  [this, buf, op, fn](uint32_t tag) { run_all_reduce(buf, op, fn, tag); });
-  }
+  WorkPtr all_reduce(CommBuffer buf, ReduceOp op) override { return submit_all_reduce(buf, op, nullptr); }
 
   bool agrees_ahead() const override { return true; }
 
   WorkPtr all_reduce_after(CommBuffer buf, ReduceOp op, std::shared_ptr<ReadyGate> gate) override {
-    check_cpu("all_reduce", buf);
-    auto fn = reducer(buf.dtype, op);
-    if (!fn || (op == ReduceOp::avg && !is_floating(buf.dtype)))
-      throw DTypeError(fmt::format("all_reduce_after: the gloo backend averages f32 and f64 tensors and sums or maxes "
-                                   "i32 and i64 ones, not {} with {}",
-                                   dtype_name(buf.dtype), reduce_op_name(op)));
-    return submit({"all_reduce", static_cast<int64_t>(op), buf.dtype, buf.shape},
-                  [this, buf, op, fn, gate](uint32_t tag) {
-                    const ReadyGate::State s = gate->wait(timeout_);
-                    if (s != ReadyGate::State::open) {
-                      // This rank skips a transfer the others make: out of step for good.
-                      std::string why = s == ReadyGate::State::cancelled
-                                            ? "its caller cancelled it before the data was ready"
-                                            : fmt::format("its data was not ready within {} ms", timeout_.count());
-                      std::lock_guard lock(broken_mu_);
-                      broken_ = fmt::format("an all_reduce on rank {} never moved its data: {}", rank_, why);
-                      throw DistError(broken_);
-                    }
-                    run_all_reduce(buf, op, fn, tag);
-                  });
+    return submit_all_reduce(buf, op, std::move(gate));
   }
 
   WorkPtr broadcast(CommBuffer buf, int root) override {
@@ -251,6 +218,39 @@ class GlooProcessGroup : public ProcessGroup {
   void check_root(const char* call, int root) const {
     if (root < 0 || root >= size_)
       throw ValueError(fmt::format("{}: root {} is not a rank of this group (0..{})", call, root, size_ - 1));
+  }
+
+  // all_reduce, and all_reduce_after when `gate` is set: the payload then
+  // waits for the gate after the ranks agreed on the call.
+  WorkPtr submit_all_reduce(CommBuffer buf, ReduceOp op, std::shared_ptr<ReadyGate> gate) {
+    check_cpu("all_reduce", buf);
+    auto fn = reducer(buf.dtype, op);
+    if (!fn)
+      throw DTypeError(fmt::format("all_reduce: the gloo backend reduces f32, f64, i32 and i64 tensors, not {}; "
+                                   "convert first with .to(DType::f32)",
+                                   dtype_name(buf.dtype)));
+    if (op == ReduceOp::avg && !is_floating(buf.dtype))
+      throw DTypeError(fmt::format("all_reduce(avg): an average of {} tensors would truncate; use sum and divide, "
+                                   "or convert to a floating dtype",
+                                   dtype_name(buf.dtype)));
+    return submit({"all_reduce", static_cast<int64_t>(op), buf.dtype, buf.shape},
+                  [this, buf, op, fn, gate](uint32_t tag) {
+                    if (gate) wait_for(*gate);
+                    run_all_reduce(buf, op, fn, tag);
+                  });
+  }
+
+  // Throws unless `gate` opens within the timeout. This rank then skips a
+  // transfer the others make, so the group is out of step for good.
+  void wait_for(ReadyGate& gate) {
+    const ReadyGate::State s = gate.wait(timeout_);
+    if (s == ReadyGate::State::open) return;
+    std::string why = s == ReadyGate::State::cancelled
+                          ? "its caller cancelled it before the data was ready"
+                          : fmt::format("its data was not ready within {} ms", timeout_.count());
+    std::lock_guard lock(broken_mu_);
+    broken_ = fmt::format("an all_reduce on rank {} never moved its data: {}", rank_, why);
+    throw DistError(broken_);
   }
 
   void run_all_reduce(CommBuffer b, ReduceOp op, const gloo::AllreduceOptions::Func& fn, uint32_t tag) {
@@ -344,7 +344,7 @@ std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> sto
   // it for PyTorch, the write fails with EPIPE and gloo reports it. A handler
   // the program installed is left alone.
   struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, timeout, host, iface);
 }
 
