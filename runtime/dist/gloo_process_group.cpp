@@ -177,15 +177,7 @@ class GlooProcessGroup : public ProcessGroup {
                                    "elements, as {}; it holds {} {}",
                                    size_, out.numel(), dtype_name(out.dtype), dtype_name(out.dtype), in.numel(),
                                    dtype_name(in.dtype)));
-    auto fn = reducer(in.dtype, op);
-    if (!fn)
-      throw DTypeError(fmt::format("reduce_scatter: the gloo backend reduces f32, f64, i32 and i64 tensors, not {}; "
-                                   "convert first with .to(DType::f32)",
-                                   dtype_name(in.dtype)));
-    if (op == ReduceOp::avg && !is_floating(in.dtype))
-      throw DTypeError(fmt::format("reduce_scatter(avg): an average of {} tensors would truncate; use sum and "
-                                   "divide, or convert to a floating dtype",
-                                   dtype_name(in.dtype)));
+    auto fn = checked_reducer("reduce_scatter", in.dtype, op);
     // Gloo's reduce-scatter takes uneven per-rank counts; ours are even, and an
     // all-reduce of the whole input followed by taking this rank's chunk is the
     // definition itself (PyTorch's gloo backend does the same). `in` is the scratch.
@@ -215,6 +207,19 @@ class GlooProcessGroup : public ProcessGroup {
                                     "backend for GPU tensors, or move it with .cpu()",
                                     call, b.device.str()));
   }
+  // The reduction function for `t` under `op`, or a DTypeError naming `call`.
+  static gloo::AllreduceOptions::Func checked_reducer(const char* call, DType t, ReduceOp op) {
+    auto fn = reducer(t, op);
+    if (!fn)
+      throw DTypeError(fmt::format("{}: the gloo backend reduces f32, f64, i32 and i64 tensors, not {}; convert "
+                                   "first with .to(DType::f32)",
+                                   call, dtype_name(t)));
+    if (op == ReduceOp::avg && !is_floating(t))
+      throw DTypeError(fmt::format("{}(avg): an average of {} tensors would truncate; use sum and divide, or convert "
+                                   "to a floating dtype",
+                                   call, dtype_name(t)));
+    return fn;
+  }
   void check_root(const char* call, int root) const {
     if (root < 0 || root >= size_)
       throw ValueError(fmt::format("{}: root {} is not a rank of this group (0..{})", call, root, size_ - 1));
@@ -224,15 +229,7 @@ class GlooProcessGroup : public ProcessGroup {
   // waits for the gate after the ranks agreed on the call.
   WorkPtr submit_all_reduce(CommBuffer buf, ReduceOp op, std::shared_ptr<ReadyGate> gate) {
     check_cpu("all_reduce", buf);
-    auto fn = reducer(buf.dtype, op);
-    if (!fn)
-      throw DTypeError(fmt::format("all_reduce: the gloo backend reduces f32, f64, i32 and i64 tensors, not {}; "
-                                   "convert first with .to(DType::f32)",
-                                   dtype_name(buf.dtype)));
-    if (op == ReduceOp::avg && !is_floating(buf.dtype))
-      throw DTypeError(fmt::format("all_reduce(avg): an average of {} tensors would truncate; use sum and divide, "
-                                   "or convert to a floating dtype",
-                                   dtype_name(buf.dtype)));
+    auto fn = checked_reducer("all_reduce", buf.dtype, op);
     return submit({"all_reduce", static_cast<int64_t>(op), buf.dtype, buf.shape},
                   [this, buf, op, fn, gate](uint32_t tag) {
                     if (gate) wait_for(*gate);
