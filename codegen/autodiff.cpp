@@ -410,4 +410,42 @@ std::string grad_fn_name(const ir::Node& n) {
   return name + "Backward0";
 }
 
+ValuesRead values_read(const ir::Node& n) {
+  const auto& a = n.args;
+  auto grad = [&](size_t i) { return i < a.size() && a[i]->requires_grad; };
+  auto arg = [](size_t i) { return uint32_t{1} << i; };
+  auto when = [&](size_t i, uint32_t bits) { return grad(i) ? bits : 0u; };
+  const uint32_t all = a.size() >= 32 ? ~0u : (uint32_t{1} << a.size()) - 1;
+  switch (n.op) {
+    // Linear in their arguments, or piecewise constant: nothing.
+    case Op::Neg: case Op::Cast: case Op::Add: case Op::Sub: case Op::Sum: case Op::Mean: case Op::Reshape:
+    case Op::Permute: case Op::Expand: case Op::Slice: case Op::Pad: case Op::Cat: case Op::Sign: case Op::Floor:
+    case Op::Ceil: case Op::Round:
+      return {};
+    // From the argument.
+    case Op::Abs: case Op::Log: case Op::Sin: case Op::Cos: case Op::Erf: case Op::Log1p: case Op::Prod:
+      return {false, when(0, arg(0))};
+    // From the output.
+    case Op::Exp: case Op::Sqrt: case Op::Tanh: case Op::Sigmoid: case Op::Expm1: case Op::Rsqrt:
+    case Op::Reciprocal: case Op::Relu:
+      return {grad(0), 0};
+    // Each argument's gradient reads the other.
+    case Op::Mul: case Op::MatMul: case Op::Conv: return {false, when(0, arg(1)) | when(1, arg(0))};
+    case Op::Div: return {grad(1), when(0, arg(1)) | when(1, arg(1))};
+    case Op::Pow: return {grad(1), when(0, arg(0) | arg(1)) | when(1, arg(0))};
+    case Op::Maximum: case Op::Minimum: return {false, grad(0) || grad(1) ? arg(0) | arg(1) : 0u};
+    case Op::Where: return {false, grad(1) || grad(2) ? arg(0) : 0u};
+    case Op::Max: case Op::Min: return {grad(0), when(0, arg(0))};
+    // gx = grad_input(gy, w): d gy reads w, d w reads gy; gw = grad_weight(x, gy): d x reads gy, d gy reads x.
+    case Op::ConvGradInput: case Op::ConvGradWeight: return {false, when(0, arg(1)) | when(1, arg(0))};
+    case Op::Attention: return {true, all};
+    case Op::Gather: case Op::ScatterAdd: return {false, grad(0) ? arg(1) : 0u};
+    case Op::AttentionGrad:  // no derivative (an error when asked for)
+    case Op::IsNan: case Op::IsInf: case Op::Iota: case Op::Input: case Op::Constant: case Op::Not: case Op::Eq:
+    case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
+      return {};
+  }
+  return {true, all};
+}
+
 }  // namespace tessel::autodiff

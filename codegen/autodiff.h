@@ -22,6 +22,18 @@ struct LeafGrad {
 /// and a later call through any of them is a ValueError (PyTorch's rule).
 std::vector<LeafGrad> gradients(const ir::NodePtr& root, const ir::NodePtr& seed, bool retain_graph = false);
 
+/// The values the derivative rule of `n` reads to form the gradients of its
+/// arguments that require grad: its own value (`self`) and arguments (bit i
+/// of `args` for args[i]). A forward pass keeps only these for backward
+/// (PyTorch's saved tensors); the rest of it fuses as if no backward came.
+/// A node with `grad_via` reads through that graph instead (not covered here).
+///   x * w, w requiring grad: reads x only; exp(x): reads its own value.
+struct ValuesRead {
+  bool self = false;
+  uint32_t args = 0;
+};
+ValuesRead values_read(const ir::Node& n);
+
 /// PyTorch's name for the backward of `n`: "SumBackward0", "MmBackward0", ...
 std::string grad_fn_name(const ir::Node& n);
 

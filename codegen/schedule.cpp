@@ -10,6 +10,7 @@
 #include <iterator>
 #include <unordered_set>
 
+#include "codegen/autodiff.h"
 #include "runtime/errors.h"
 #include "runtime/trace.h"
 
@@ -374,6 +375,43 @@ void share_within_kernels(Schedule& S, const std::unordered_map<Node*, std::vect
 }
 }  // namespace
 
+namespace {
+// The values a later backward reads from this forward pass: those the
+// derivative rules of the nodes here read (autodiff::values_read), and through
+// a view, the value it views; for a node whose gradient goes through another
+// graph (grad_via), every value of this pass that graph reaches. Only these
+// are kept for backward: the rest fuses as if no backward came (a batch norm's
+// squared deviations, a bias added before a ReLU).
+std::unordered_set<Node*> read_by_backward(const std::vector<Node*>& order) {
+  std::unordered_set<Node*> in_pass(order.begin(), order.end()), read;
+  auto mark = [&](Node* x) {
+    while (read.insert(x).second && !x->realized() && ir::op_category(x->op) == Category::Movement)
+      x = x->args[0].get();
+  };
+  for (Node* n : order) {
+    if (n->realized() || !n->requires_grad) continue;
+    if (n->grad_via) {
+      std::vector<Node*> stack{n->grad_via.get()};
+      std::unordered_set<Node*> seen;
+      while (!stack.empty()) {
+        Node* s = stack.back();
+        stack.pop_back();
+        if (!seen.insert(s).second) continue;
+        if (in_pass.count(s)) mark(s);
+        else if (!s->realized())
+          for (auto& a : s->args) stack.push_back(a.get());
+      }
+      continue;
+    }
+    const autodiff::ValuesRead r = autodiff::values_read(*n);
+    if (r.self) mark(n);
+    for (size_t i = 0; i < n->args.size() && i < 32; ++i)
+      if (r.args >> i & 1u) mark(n->args[i].get());
+  }
+  return read;
+}
+}  // namespace
+
 bool fusion_enabled_by_env() {
   static const bool on = [] {
     const char* e = std::getenv("TESSEL_FUSION");
@@ -390,6 +428,8 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     if (!n->realized())
       for (auto& a : n->args) ++uses[a.get()];
   auto& M = S.materialized;
+  const std::unordered_set<Node*> backward_reads =
+      opts.keep_grad_values ? read_by_backward(S.order) : std::unordered_set<Node*>{};
   std::unordered_set<Node*> pinned;  // marked for more than having several consumers
   auto mark = [&](Node* n, std::string why, bool only_uses = false) {
     if (n->realized()) return;
@@ -405,7 +445,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
     bool constant = n->op == Op::Constant || n->op == Op::Iota;
     if (uses[n] > 1 && !constant) mark(n, fmt::format("used by {} consumers", uses[n]), /*only_uses=*/true);
     if (!opts.fuse && !constant && c != Category::Movement) mark(n, "fusion off");
-    if (opts.keep_grad_values && n->requires_grad && !constant && c != Category::Movement)
+    if (backward_reads.count(n) && n->requires_grad && !constant && c != Category::Movement)
       mark(n, "kept for backward");
     if (c == Category::Reduce) {
       mark(n, reduce_supports(*n) ? "reduction output" : "reduction not compiled: ref");
@@ -546,7 +586,7 @@ Schedule schedule(const std::vector<ir::NodePtr>& roots, const Options& opts) {
       Step st{StepKind::RowProgram, n, g->second.reason, nullptr, {}, {}};
       st.stages = g->second.stages;
       for (Node* r : st.stages)
-        st.stored.push_back(root_set.count(r) || (opts.keep_grad_values && r->requires_grad));
+        st.stored.push_back(root_set.count(r) || (backward_reads.count(r) && r->requires_grad));
       S.steps.push_back(std::move(st));
       continue;
     }

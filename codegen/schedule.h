@@ -57,7 +57,7 @@ bool fusion_enabled_by_env();
 
 struct Options {
   int max_inputs = 16;          // distinct buffers one kernel may read
-  bool keep_grad_values = false; // nodes backward reads are materialized
+  bool keep_grad_values = false; // values a later backward reads are materialized (autodiff::values_read)
   bool fuse = fusion_enabled_by_env();  // false: one kernel per computed node
   bool matmul_epilogues = true;  // elementwise consumers of a matmul run on its bands of rows
   bool row_programs = true;      // reductions over one row domain share a kernel with their readers

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "codegen/autodiff.h"
 #include "codegen/cpu/cpu_backend.h"
 #include "codegen/schedule.h"
 #include "tessel/config.h"
@@ -158,6 +159,43 @@ TEST_CASE("scheduling: with fusion off every computed node is its own kernel", "
   sched::Schedule s = sched::schedule({y.node()}, off);
   CHECK(s.kernels() == 4);  // mul, add, relu, mul; the broadcast of c stays a strided load
   CHECK(s.to_string().find("fusion off") != std::string::npos);
+}
+
+// A forward pass that a backward will follow keeps only what that backward
+// reads (autodiff::values_read: PyTorch's saved tensors); the rest fuses.
+TEST_CASE("scheduling: a training forward keeps only the values its backward reads", "[jit][autograd]") {
+  manual_seed(3);
+  Tensor x = rand({4, 5}).requires_grad_(), w = rand({5}).requires_grad_(), c = rand({5});
+  auto forward = [&](const Tensor& x, const Tensor& w) {
+    Tensor centred = x - c;             // Sub: its derivative reads nothing
+    Tensor scaled = centred * w;        // Mul: w's gradient reads `centred`
+    Tensor shifted = scaled + 1.0;      // read by no derivative
+    return std::vector<Tensor>{centred, scaled, shifted, shifted.relu()};  // Relu reads its output
+  };
+  std::vector<Tensor> f = forward(x, w);
+  sched::Schedule s = sched::schedule({f[3].node()}, {.keep_grad_values = true});
+  INFO(s.to_string());
+  REQUIRE(s.materialized.count(f[0].node().get()) == 1);
+  CHECK(s.materialized.at(f[0].node().get()) == "kept for backward");
+  CHECK(s.materialized.count(f[1].node().get()) == 0);
+  CHECK(s.materialized.count(f[2].node().get()) == 0);
+  CHECK(s.kernels() == 2);  // x - c; then (. * w + 1).relu(), one kernel that stores the root
+
+  CHECK(autodiff::values_read(*f[0].node()).args == 0u);
+  CHECK(autodiff::values_read(*f[1].node()).args == 0b11u);  // each factor's gradient reads the other
+  CHECK(autodiff::values_read(*f[3].node()).self);
+  CHECK(!autodiff::values_read(*f[2].node()).self);
+  Tensor xc = x * c;  // c carries no gradient: x's reads c only
+  CHECK(autodiff::values_read(*xc.node()).args == 0b10u);
+  CHECK(autodiff::values_read(*x.exp().node()).self);
+
+  // Backward after a realized forward gives what one pass over both gives.
+  realize({f[3]});
+  f[3].sum().backward();
+  Tensor x2 = x.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_();
+  forward(x2, w2)[3].sum().backward();
+  require_close(vals(x.grad()), vals(x2.grad()), 1e-6, 1e-7);
+  require_close(vals(w.grad()), vals(w2.grad()), 1e-6, 1e-7);
 }
 
 TEST_CASE("scheduling: the input limit cuts a wide tree", "[jit]") {

@@ -110,17 +110,16 @@ TEST_CASE("row programs: values kept for backward split the group where they are
   Tensor y = softmax(x, 1);
   sched::Schedule s = sched::schedule({y.node()}, {.keep_grad_values = true});
   INFO(s.to_string());
-  // x - max and exp(x - max) are kept for backward, so they are written:
-  // [max | x - max], exp, [sum (kept too, so stored) | divide].
-  REQUIRE(s.steps.size() == 3);
-  CHECK(s.kernels() == 3);
+  // Backward reads exp(x - max) (exp's derivative reads its output) and the
+  // sum (the divide's), not x - max: [max | exp], [sum (stored) | divide].
+  REQUIRE(s.steps.size() == 2);
+  CHECK(s.kernels() == 2);
   CHECK(s.steps[0].kind == sched::StepKind::RowProgram);
-  CHECK(s.steps[0].node->op == ir::Op::Sub);
+  CHECK(s.steps[0].node->op == ir::Op::Exp);
   CHECK(s.steps[0].stored == std::vector<bool>{false});  // the shift carries no gradient
-  CHECK(s.steps[1].kind == sched::StepKind::Kernel);
-  CHECK(s.steps[2].kind == sched::StepKind::RowProgram);
-  CHECK(s.steps[2].stages[0]->op == ir::Op::Sum);
-  CHECK(s.steps[2].stored == std::vector<bool>{true});
+  CHECK(s.steps[1].kind == sched::StepKind::RowProgram);
+  CHECK(s.steps[1].stages[0]->op == ir::Op::Sum);
+  CHECK(s.steps[1].stored == std::vector<bool>{true});
 }
 
 // var's last stage is its result: one kernel. std and logsumexp end in
