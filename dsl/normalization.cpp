@@ -61,8 +61,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     throw ValueError(fmt::format("batch_norm: expected more than 1 value per channel when training, got input of "
                                  "shape {}; use a larger batch or eval()",
                                  x.shape().str()));
+  // The deviations d are made once: the variance and the output read the
+  // same value, which the statistics' pass keeps for backward (var()'s own
+  // deviations would be a second copy). Each square is divided before the
+  // sum, as var() does, so the sum is a row program's last stage.
   Tensor mean = x.mean(dims, true);
-  Tensor v = var(x, dims, 0.0, true);  // population variance normalizes
+  Tensor d = x - mean;
+  Tensor v = (d * d / static_cast<double>(n)).sum(dims, true);  // population variance normalizes
   if (training && running_mean.defined()) {
     // The statistics are realized once: the update and the normalization read them.
     realize({mean, v});
@@ -71,7 +76,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     running_mean.copy_(running_mean * (1.0 - momentum) + mean.detach().reshape({C}) * momentum);
     running_var.copy_(running_var * (1.0 - momentum) + v.detach().reshape({C}) * (momentum * unbiased));
   }
-  return affine((x - mean) * (v + eps).rsqrt(), weight, bias, cs);
+  // d * (rstd * weight) + bias: the per-channel factor is formed first, so the
+  // forward writes no normalized copy for the weight's gradient (that
+  // gradient is sum(g * d) times rstd, from d, which backward keeps anyway).
+  Tensor scale = (v + eps).rsqrt();
+  if (weight.defined()) scale = scale * weight.reshape(cs);
+  Tensor y = d * scale;
+  return bias.defined() ? y + bias.reshape(cs) : y;
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
