@@ -84,7 +84,9 @@ Tensor::ValuesIndices max_pool_impl(const Tensor& input, Size2 k, const MaxPool2
     auto zeros_i64 = [&] {
       return Tensor::from_node(ir::constant(ir::ScalarValue::of_int(0), DType::i64, values.shape()), x.device());
     };
-    if (via_first_max) local = zeros_i64();
+    // i32: the narrowest integer kernels compute as fast as the floats they choose between.
+    if (via_first_max)
+      local = Tensor::from_node(ir::constant(ir::ScalarValue::of_int(0), DType::i32, values.shape()), x.device());
     if (want_indices) which = zeros_i64();
     for (size_t i = 1; i < views.size(); ++i) {
       Tensor take = views[i] > values;
@@ -105,8 +107,9 @@ Tensor::ValuesIndices max_pool_impl(const Tensor& input, Size2 k, const MaxPool2
     // Each element's number in its window, kh * KW + kw: index arithmetic
     // inside the kernel that reads it, no memory.
     const Shape in_window{1, 1, 1, k.h, 1, k.w};
-    Tensor position = Tensor::from_node(ir::iota(in_window, 3), x.device()) * k.w +
-                      Tensor::from_node(ir::iota(in_window, 5), x.device());
+    Tensor position = (Tensor::from_node(ir::iota(in_window, 3), x.device()) * k.w +
+                       Tensor::from_node(ir::iota(in_window, 5), x.device()))
+                          .to(DType::i32);
     Tensor first_max = local.reshape({N, C, OH, 1, OW, 1}) == position;
     Tensor surrogate = where(first_max, windows, 0.0).sum({3, 5});
     values = Tensor::from_node(ir::with_gradient_via(values.node(), surrogate.node()), x.device());
