@@ -44,6 +44,7 @@
 #include <llvm/Transforms/Vectorize/SLPVectorizer.h>
 #include <llvm/Object/ObjectFile.h>
 #include <llvm/Object/SymbolSize.h>
+#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -65,12 +66,25 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// x86 codegen turns a select whose operand is a load inside a loop into a
+// branch (its cmov converter). Kernel selects (where, a pool's running
+// choice) test data, so such branches mispredict about half the time: a max
+// pool's index kernel ran at 13 ns per element that way. The option exists
+// only where the x86 backend is linked in; elsewhere nothing is changed.
+void keep_selects_branch_free() {
+  auto& options = llvm::cl::getRegisteredOptions();
+  auto it = options.find("x86-cmov-converter");
+  if (it != options.end())
+    if (auto* converter = static_cast<llvm::cl::opt<bool>*>(it->second)) converter->setValue(false);
+}
+
 void init_llvm() {
   static std::once_flag once;
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     llvm::InitializeNativeTargetAsmParser();
+    keep_selects_branch_free();
   });
 }
 

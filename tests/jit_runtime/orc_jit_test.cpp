@@ -23,6 +23,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Support/CommandLine.h>
 
 #include "runtime/errors.h"
 #include "runtime/orc_jit.h"
@@ -245,6 +246,17 @@ TEST_CASE("host target and LLVM version name the compiler and CPU", "[jit][orc]"
   CHECK(t.find("x86_64") != std::string::npos);
   CHECK(t.find(';') != std::string::npos);
   std::printf("host target: %.120s...\n", t.c_str());
+}
+
+// Kernel selects test data: x86's cmov converter would make branches of
+// those with a load operand, which mispredict (see keep_selects_branch_free).
+TEST_CASE("a JIT leaves selects branch-free: x86's cmov converter is off", "[jit][orc]") {
+  TempDir d;
+  OrcJit jit(options_in(d));
+  auto& options = llvm::cl::getRegisteredOptions();
+  auto it = options.find("x86-cmov-converter");
+  REQUIRE(it != options.end());  // an x86 host: the backend registers it
+  CHECK_FALSE(static_cast<llvm::cl::opt<bool>*>(it->second)->getValue());
 }
 
 TEST_CASE("an IRBuilder axpy is compiled, linked and runs", "[jit][orc]") {
