@@ -41,10 +41,25 @@ Pool& pool() {
   return *p;
 }
 
-void* fresh_block(size_t cls) {
+// A tensor's memory is written as soon as it is handed out, so the pages a
+// fresh block will hold the request in are faulted in by one call rather than
+// one trap per 4 KiB page (most of a first training step's page-fault time).
+// Kernels without MADV_POPULATE_WRITE (before Linux 5.14) fault them lazily.
+constexpr size_t kPopulateFrom = size_t{64} << 10;
+
+void* fresh_block(size_t cls, size_t nbytes) {
   size_t align = cls >= kLarge ? kLarge : 64;
   void* p = std::aligned_alloc(align, cls);
   if (p && cls >= kLarge) madvise(p, cls, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+  if (p && nbytes >= kPopulateFrom) {
+    // madvise wants page-aligned ranges: the pages the request covers.
+    const auto page = static_cast<uintptr_t>(4096);
+    const auto begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+    const auto end = (reinterpret_cast<uintptr_t>(p) + nbytes + page - 1) & ~(page - 1);
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+  }
+#endif
   return p;
 }
 
@@ -102,11 +117,11 @@ void* host_allocate(size_t nbytes) {
     const size_t total = meminfo("MemTotal") + meminfo("SwapTotal");
     if (total > 0 && cls > total) fail();
   }
-  if (void* p = fresh_block(cls)) return p;
+  if (void* p = fresh_block(cls, nbytes)) return p;
   // As on GPUs: give the cache back to the OS and try once more, then say
   // what was asked for and what there is (never a bare std::bad_alloc).
   host_empty_cache();
-  if (void* p = fresh_block(cls)) return p;
+  if (void* p = fresh_block(cls, nbytes)) return p;
   fail();
   return nullptr;  // not reached: fail() throws
 }
