@@ -1,6 +1,7 @@
 #include "runtime/host_allocator.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -54,7 +55,7 @@ void* fresh_block(size_t cls, size_t nbytes) {
 #ifdef MADV_POPULATE_WRITE
   if (p && nbytes >= kPopulateFrom) {
     // madvise wants page-aligned ranges: the pages the request covers.
-    const auto page = static_cast<uintptr_t>(4096);
+    static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
     const auto begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
     const auto end = (reinterpret_cast<uintptr_t>(p) + nbytes + page - 1) & ~(page - 1);
     madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);

@@ -22,6 +22,13 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+void check_average_of(const char* call, DType t, ReduceOp op) {
+  if (op == ReduceOp::avg && !is_floating(t))
+    throw DTypeError(fmt::format("{}(avg): an average of {} tensors would truncate; use sum and divide, or convert "
+                                 "to a floating dtype",
+                                 call, dtype_name(t)));
+}
+
 std::array<int64_t, CallSignature::kWords> CallSignature::encode() const {
   std::array<int64_t, kWords> w{};
   w[0] = std::find(std::begin(kCalls), std::end(kCalls), call) - std::begin(kCalls);

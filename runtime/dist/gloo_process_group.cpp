@@ -214,10 +214,7 @@ class GlooProcessGroup : public ProcessGroup {
       throw DTypeError(fmt::format("{}: the gloo backend reduces f32, f64, i32 and i64 tensors, not {}; convert "
                                    "first with .to(DType::f32)",
                                    call, dtype_name(t)));
-    if (op == ReduceOp::avg && !is_floating(t))
-      throw DTypeError(fmt::format("{}(avg): an average of {} tensors would truncate; use sum and divide, or convert "
-                                   "to a floating dtype",
-                                   call, dtype_name(t)));
+    check_average_of(call, t, op);
     return fn;
   }
   void check_root(const char* call, int root) const {

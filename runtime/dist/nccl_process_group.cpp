@@ -240,10 +240,7 @@ class NcclProcessGroup : public ProcessGroup {
                                      "first with .to(DType::f32)",
                                      call, dtype_name(t)));
     }
-    if (op == ReduceOp::avg && !is_floating(t))
-      throw DTypeError(fmt::format("{}(avg): an average of {} tensors would truncate; use sum and divide, or convert "
-                                   "to a floating dtype",
-                                   call, dtype_name(t)));
+    check_average_of(call, t, op);
   }
 
   static std::shared_ptr<ComputePoint> after_compute(int device) { return std::make_shared<ComputePoint>(device); }

@@ -30,6 +30,9 @@ namespace tessel::dist {
 
 enum class ReduceOp : uint8_t { sum, avg, max };
 std::string_view reduce_op_name(ReduceOp op);
+/// Every backend's rule for `op` on dtype `t`: an average of integers would
+/// truncate, so it is a DTypeError naming `call` ("all_reduce", ...).
+void check_average_of(const char* call, DType t, ReduceOp op);
 
 /// A contiguous block of one rank's memory taking part in a collective.
 struct CommBuffer {
