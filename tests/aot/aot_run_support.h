@@ -25,20 +25,15 @@
 #include "dsl/io.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/precompiled_kernels.h"
+#include "tests/support/temp_dir.h"
 
 namespace aot_test {
 
 /// TESSEL_JIT=off for its lifetime, over a cache folder that is empty when
-/// the process first makes one (named after `prefix` and the process).
+/// the process first makes one (named after `prefix`, removed at exit).
 struct JitOff {
   explicit JitOff(const char* prefix) {
-    static const std::filesystem::path dir = [prefix] {
-      std::filesystem::path d = std::filesystem::temp_directory_path() / fmt::format("{}_{}", prefix, ::getpid());
-      std::filesystem::remove_all(d);
-      std::filesystem::create_directories(d);
-      return d;
-    }();
-    setenv("TESSEL_CACHE_DIR", dir.c_str(), 1);
+    setenv("TESSEL_CACHE_DIR", tessel::testing::process_temp_dir(prefix).c_str(), 1);
     setenv("TESSEL_JIT", "off", 1);
   }
   ~JitOff() { unsetenv("TESSEL_JIT"); }

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "rank_processes.h"
+#include "tests/support/temp_dir.h"
 #include "runtime/dist/file_store.h"
 #include "runtime/dist/launch_env.h"
 #include "runtime/dist/tcp_store.h"
@@ -44,8 +45,8 @@ TEST_CASE("a TCP store client without a server fails after its timeout", "[distr
 }
 
 TEST_CASE("a file store hands values between instances on one folder", "[distributed]") {
-  std::string dir = test::fresh_temp_dir("fstore");
-  dist::FileStore a(dir), b(dir);
+  testing::TempDir dir("tessel-fstore");
+  dist::FileStore a(dir.path.string()), b(dir.path.string());
   a.set("rank/0", {'a', 'b'});
   CHECK(b.get("rank/0", 1s) == std::vector<char>{'a', 'b'});
   CHECK_FALSE(b.try_get("rank/1", 5ms).has_value());

@@ -6,15 +6,14 @@
 
 #include "dsl/io.h"
 #include "dsl/tessel.h"
+#include "tests/support/temp_dir.h"
 
 using namespace tessel;
 namespace fs = std::filesystem;
 
 namespace {
 fs::path temp_file(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / fmt::format("tessel-io-{}", ::getpid());
-  fs::create_directories(dir);
-  return dir / name;
+  return testing::process_temp_dir("tessel-io") / name;
 }
 nn::Sequential make_mlp() { return nn::Sequential(nn::LazyLinear(256), nn::ReLU(), nn::LazyLinear(10)); }
 }  // namespace

@@ -19,7 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include "runtime/kernel_cache.h"
-#include "temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 using tessel::CacheOrigin;
 using tessel::CompileOnce;

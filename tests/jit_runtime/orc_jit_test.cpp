@@ -27,7 +27,7 @@
 
 #include "runtime/errors.h"
 #include "runtime/orc_jit.h"
-#include "temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 using tessel::CacheOrigin;
 using tessel::JitKernel;

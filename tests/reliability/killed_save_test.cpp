@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/support/temp_dir.h"
 #include "tests/support/tensor_testing.h"
 
 #include <chrono>
@@ -42,8 +43,8 @@ int kills_wanted() {
 }  // namespace
 
 TEST_CASE("a 50 MB save killed at random points leaves the old or the new checkpoint", "[reliability]") {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("tessel-killed-save-{}", ::getpid());
-  fs::create_directories(dir);
+  const tessel::testing::TempDir scratch("tessel-killed-save");  // removed even when a check fails
+  const fs::path& dir = scratch.path;
   const fs::path target = dir / "model.safetensors";
   const std::map<std::string, Tensor> versions[2] = {version(0), version(1)};
 
@@ -97,5 +98,4 @@ TEST_CASE("a 50 MB save killed at random points leaves the old or the new checkp
   std::fprintf(stderr, "killed save: %d kills, versions seen %zu, temp files swept %d\n", wanted, seen.size(),
                temp_files);
   CHECK(seen.size() == 2);
-  fs::remove_all(dir);
 }

@@ -1,4 +1,8 @@
-// A fresh folder per test, removed with everything in it at scope exit.
+// Scratch folders for tests, removed with everything in it when they go out
+// of scope, so no test run leaves files behind in the temp folder.
+//
+//   tessel::testing::TempDir dir("tessel-io");    // /tmp/tessel-io-Ab12Cd
+//   save(arange(4), dir.path / "x");
 #pragma once
 
 #include <stdlib.h>
@@ -14,8 +18,8 @@ namespace tessel::testing {
 struct TempDir {
   std::filesystem::path path;
 
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tessel_jit_test_XXXXXX").string();
+  explicit TempDir(const std::string& prefix = "tessel_jit_test") {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
     if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
     path = tmpl;
   }
@@ -34,5 +38,12 @@ struct TempDir {
     return out;
   }
 };
+
+/// One folder for the whole process, made on first use and removed when the
+/// process exits normally: for tests whose helpers hand out paths.
+inline const std::filesystem::path& process_temp_dir(const std::string& prefix) {
+  static const TempDir dir(prefix);
+  return dir.path;
+}
 
 }  // namespace tessel::testing

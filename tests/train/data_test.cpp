@@ -9,6 +9,7 @@
 #include "dsl/data/dataloader.h"
 #include "dsl/data/fashion_mnist.h"
 #include "dsl/tessel.h"
+#include "tests/support/temp_dir.h"
 
 using namespace tessel;
 namespace fs = std::filesystem;
@@ -20,8 +21,7 @@ data::DataLoader make_loader(data::DataLoaderOptions opt) {
   return data::DataLoader(X, y, opt);
 }
 fs::path write_file(const std::string& name, const std::vector<unsigned char>& bytes) {
-  fs::path dir = fs::temp_directory_path() / fmt::format("tessel-data-{}", ::getpid());
-  fs::create_directories(dir);
+  const fs::path& dir = testing::process_temp_dir("tessel-data");
   std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   return dir / name;
 }
