@@ -49,8 +49,17 @@ std::string Kernel::text() const {
   for (size_t p = 0; p < params.size(); ++p)
     s += fmt::format("  param p{} {} {}\n", p, params[p].output ? "out" : "in", dtype_name(params[p].dtype));
   for (size_t l = 0; l < load_params.size(); ++l)
-    s += fmt::format("  slot l{} p{}{}\n", l, load_params[l], inner_invariant(l) ? " invariant" : "");
+    s += fmt::format("  slot l{} p{}{}\n", l, load_params[l],
+                     inner_invariant(l)   ? std::string(" invariant")
+                     : inner_step(l) != 1 ? fmt::format(" stride{}", inner_step(l))
+                                          : std::string());
   for (int c = 0; c < coords; ++c) s += fmt::format("  slot x{}\n", c);
+  if (short_inner > 0) {
+    s += fmt::format("  short inner {}, steps", short_inner);
+    for (size_t i = 0; i + 1 < short_inner_steps.size(); i += 2)
+      s += fmt::format(" ({}, {})", short_inner_steps[i], short_inner_steps[i + 1]);
+    s += "\n";
+  }
   for (size_t c = 0; c < const_types.size(); ++c) s += fmt::format("  slot c{} {}\n", c, dtype_name(const_types[c]));
   // Ordinary kernels print as before stages existed: their cache keys stay.
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -113,6 +122,14 @@ uint64_t Kernel::hash() const {
   mix(h, load_params.size());
   for (int l : load_params) mix(h, static_cast<uint64_t>(l));
   for (bool v : invariant) mix(h, v);
+  if (!interleave.empty()) {  // kernels without it keep their keys
+    mix(h, 0x696e746c76ull);
+    for (uint8_t v : interleave) mix(h, v);
+  }
+  if (short_inner > 0) {
+    mix(h, 0x73686f7274ull | static_cast<uint64_t>(short_inner) << 40);
+    for (uint8_t v : short_inner_steps) mix(h, v);
+  }
   mix(h, static_cast<uint64_t>(coords));
   mix(h, const_types.size());
   for (DType t : const_types) mix(h, static_cast<uint64_t>(t));

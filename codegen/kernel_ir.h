@@ -91,6 +91,23 @@ struct Kernel {
   // the emitter reads it once per row and the row still vectorizes. A launch
   // whose stride there is not 0 takes the general loop. Empty: none.
   std::vector<bool> invariant;
+  // Per load slot: its stride along the innermost domain dim was 2, 3 or 4
+  // when the kernel was lowered (a pool's window views, every other element),
+  // so the emitter's fast loop reads it at that constant stride, which LLVM
+  // vectorizes as interleaved loads; 0: not such a slot. Only elementwise
+  // kernels whose store is contiguous; a launch with other strides takes the
+  // general loop. Empty: none.
+  std::vector<uint8_t> interleave;
+  // An elementwise kernel whose innermost dim had 2, 3 or 4 elements when it
+  // was lowered, stored contiguously (the columns of a pool's windows): the
+  // emitter computes a whole run of the dim above at once with the innermost
+  // dim unrolled, so neighbouring stores are one vector (interleaved) instead
+  // of a row of 2 per outer step. short_inner_steps: per store and load slot
+  // (slot s at 2s), its strides along the dim above and the innermost dim at
+  // lowering, which the fast loop reads at as constants; a launch with other
+  // strides or another innermost extent computes row by row. 0: not such a kernel.
+  int short_inner = 0;
+  std::vector<uint8_t> short_inner_steps;
   int coords = 0;                 // coordinate slots
   std::vector<DType> const_types; // constant slot -> dtype
   int rank = 1;                   // iteration domain rank (>= 1)
@@ -105,6 +122,11 @@ struct Kernel {
 
   int kept_rank() const { return rank - reduce_rank; }
   bool inner_invariant(size_t load_slot) const { return load_slot < invariant.size() && invariant[load_slot]; }
+  /// The constant inner stride the fast loop reads load slot `load_slot` at: 0, 1 or interleave's.
+  int64_t inner_step(size_t load_slot) const {
+    if (inner_invariant(load_slot)) return 0;
+    return load_slot < interleave.size() && interleave[load_slot] ? interleave[load_slot] : 1;
+  }
   bool row_program() const { return !stages.empty(); }
   /// Stages whose result is stored (each has a store slot, in stage order).
   int stored_stages() const {

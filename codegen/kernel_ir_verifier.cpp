@@ -103,6 +103,28 @@ class Verifier {
     }
     if (!k_.invariant.empty() && k_.invariant.size() != k_.load_params.size())
       fail("{} invariant flags for {} load slots", k_.invariant.size(), k_.load_params.size());
+    if (!k_.interleave.empty()) {
+      if (k_.interleave.size() != k_.load_params.size())
+        fail("{} interleave strides for {} load slots", k_.interleave.size(), k_.load_params.size());
+      if (k_.reduce != ReduceKind::None || k_.row_program()) fail("interleave strides on a reduction or row program");
+      for (size_t l = 0; l < k_.interleave.size(); ++l) {
+        const int v = k_.interleave[l];
+        if (v != 0 && (v < 2 || v > 4)) fail("load slot {} has interleave stride {}, not 2, 3 or 4", l, v);
+        if (v != 0 && k_.inner_invariant(l)) fail("load slot {} is both invariant and interleaved", l);
+      }
+    }
+    if (k_.short_inner != 0) {
+      if (k_.short_inner < 2 || k_.short_inner > 4) fail("short inner extent {}, not 2, 3 or 4", k_.short_inner);
+      if (k_.reduce != ReduceKind::None || k_.row_program() || k_.rank < 2)
+        fail("a short inner dim on a reduction, a row program or a rank-{} domain", k_.rank);
+      if (k_.short_inner_steps.size() != 2 * (k_.load_params.size() + 1))
+        fail("{} short-inner steps for {} store and load slots", k_.short_inner_steps.size(), k_.load_params.size() + 1);
+      for (const Stmt& s : k_.body)
+        if (s.kind == StmtKind::Load && (s.pred >= 0 || s.index >= 0))
+          fail("a short inner dim with a predicated or indexed load");
+    } else if (!k_.short_inner_steps.empty()) {
+      fail("short-inner steps without a short inner dim");
+    }
     if (k_.coords < 0) fail("coords is {}, below 0", k_.coords);
   }
 

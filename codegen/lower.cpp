@@ -604,6 +604,45 @@ void mark_invariant_loads(Lowered& l) {
     for (size_t i = 0; i < k.load_params.size(); ++i)
       any |= k.invariant[i] = l.args[k.slot_base(static_cast<int>(i) + 1) + 1 + static_cast<size_t>(k.rank - 1)] == 0;
   if (!any) k.invariant.clear();  // the common case keeps the plain text
+  // Interleaved loads: only where a vector loop can use them (a row of at
+  // least a few vectors' worth, a contiguous store, plain strided loads).
+  k.interleave.clear();
+  k.short_inner = 0;
+  k.short_inner_steps.clear();
+  const size_t inner = static_cast<size_t>(k.rank - 1);
+  auto plain_loads = [&] {
+    for (const kir::Stmt& s : k.body)
+      if (s.kind == kir::StmtKind::Load && (s.pred >= 0 || s.index >= 0)) return false;
+    return true;
+  };
+  const bool flat = k.reduce == kir::ReduceKind::None && !k.row_program();
+  // A short innermost dim stored contiguously under a run of at least 4.
+  if (flat && k.rank >= 2 && l.args[inner] >= 2 && l.args[inner] <= 4 && l.args[inner - 1] >= 4 &&
+      l.args[k.slot_base(0) + 1 + inner] == 1 && l.args[k.slot_base(0) + inner] == l.args[inner] && plain_loads()) {
+    std::vector<uint8_t> steps;
+    bool small = true;
+    for (size_t s = 0; s <= k.load_params.size(); ++s)
+      for (size_t d : {inner - 1, inner}) {
+        const int64_t v = l.args[k.slot_base(static_cast<int>(s)) + 1 + d];
+        small &= v >= 0 && v <= 16;
+        steps.push_back(static_cast<uint8_t>(std::clamp<int64_t>(v, 0, 16)));
+      }
+    if (small) {
+      k.short_inner = static_cast<int>(l.args[inner]);
+      k.short_inner_steps = std::move(steps);
+    }
+    return;
+  }
+  if (k.reduce != kir::ReduceKind::None || k.row_program() || k.indexed() || l.args[inner] < 8 ||
+      l.args[k.slot_base(0) + 1 + inner] != 1)
+    return;
+  std::vector<uint8_t> il(k.load_params.size(), 0);
+  bool interleaved = false;
+  for (size_t i = 0; i < k.load_params.size(); ++i) {
+    const int64_t s = l.args[k.slot_base(static_cast<int>(i) + 1) + 1 + inner];
+    if (s >= 2 && s <= 4) il[i] = static_cast<uint8_t>(s), interleaved = true;
+  }
+  if (interleaved) k.interleave = std::move(il);
 }
 
 }  // namespace tessel::lower

@@ -56,7 +56,9 @@ ir::BufferView movement_view(const ir::Node& n, const ir::BufferView& in, const 
 bool reads_in_store_layout(const Lowered& l, size_t p);
 
 /// Marks the load slots whose stride along the innermost domain dim is 0 in
-/// l.args (kir::Kernel::invariant); coalesce() ends with it.
+/// l.args (kir::Kernel::invariant), and in an elementwise kernel with a
+/// contiguous store those at stride 2, 3 or 4 (kir::Kernel::interleave);
+/// coalesce() ends with it.
 void mark_invariant_loads(Lowered& l);
 
 /// Merges adjacent domain dims every slot walks contiguously (within the kept

@@ -567,6 +567,35 @@ struct Emitter {
       taken = n;
     } else if (k.row_program()) {
       row_program(base, outer);
+    } else if (!red && k.short_inner > 0) {
+      // A whole run of the dim above the short innermost one at once, where
+      // the launch matches the strides the kernel was lowered with and the
+      // run starts here and ends inside the launch; else this row alone.
+      const size_t last = static_cast<size_t>(outer - 1);
+      Value* run = b.CreateAnd(short_inner_launch(),
+                               b.CreateAnd(b.CreateICmpEQ(b.CreateLoad(i64, at[last]), b.getInt64(0)),
+                                           b.CreateICmpSLE(b.CreateAdd(row, dims[last]), end)));
+      auto* rb = llvm::BasicBlock::Create(ctx, "row.run", fn);
+      auto* one = llvm::BasicBlock::Create(ctx, "row.one", fn);
+      auto* joined = llvm::BasicBlock::Create(ctx, "row.computed", fn);
+      b.CreateCondBr(run, rb, one);
+      b.SetInsertPoint(rb);
+      short_inner_run(base);
+      // The run's last row is the current one for the step below (no wrap: the run is its dim).
+      Value* back = b.CreateSub(dims[last], b.getInt64(1));
+      b.CreateStore(back, at[last]);
+      for (size_t s = 0; s < slots; ++s) b.CreateStore(b.CreateAdd(base[s], b.CreateMul(back, st[s][last])), cur[s]);
+      auto* rb_end = b.GetInsertBlock();
+      b.CreateBr(joined);
+      b.SetInsertPoint(one);
+      elementwise_rows(base);
+      auto* one_end = b.GetInsertBlock();
+      b.CreateBr(joined);
+      b.SetInsertPoint(joined);
+      auto* n = b.CreatePHI(i64, 2, "rows.taken");
+      n->addIncoming(dims[last], rb_end);
+      n->addIncoming(b.getInt64(1), one_end);
+      taken = n;
     } else if (!red) {
       elementwise_rows(base);
     } else {
@@ -627,10 +656,12 @@ struct Emitter {
     // A load marked invariant (kir::Kernel::invariant) is read at its row's
     // base in the fast loop, which then holds only when its stride is 0.
     const bool innermost = d == k.rank - 1;
-    auto invariant = [&](size_t s) { return innermost && s >= 1 && s < first_coord && k.inner_invariant(s - 1); };
+    // Loads marked interleaved are read at their constant stride there.
+    auto step = [&](size_t s) -> int64_t { return innermost && s >= 1 && s < first_coord ? k.inner_step(s - 1) : 1; };
+    auto invariant = [&](size_t s) { return step(s) == 0; };
     Value* fast = b.getTrue();
     for (size_t s = first_slot; s < std::min(last_slot, first_coord); ++s)
-      fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][static_cast<size_t>(d)], b.getInt64(invariant(s) ? 0 : 1)));
+      fast = b.CreateAnd(fast, b.CreateICmpEQ(st[s][static_cast<size_t>(d)], b.getInt64(step(s))));
     auto* fb = llvm::BasicBlock::Create(ctx, "unit", fn);
     auto* gb = llvm::BasicBlock::Create(ctx, "strided", fn);
     auto* join = llvm::BasicBlock::Create(ctx, "join", fn);
@@ -640,6 +671,7 @@ struct Emitter {
       loop(b.getInt64(0), dims[static_cast<size_t>(d)], [&](Value* j) {
         body([&](size_t s) {
           if (unit && invariant(s)) return base[s];
+          if (unit && s < first_coord && step(s) > 1) return b.CreateAdd(base[s], b.CreateMul(j, b.getInt64(step(s))));
           return unit && s < first_coord ? b.CreateAdd(base[s], j)
                                          : b.CreateAdd(base[s], b.CreateMul(j, st[s][static_cast<size_t>(d)]));
         });
@@ -647,6 +679,38 @@ struct Emitter {
       b.CreateBr(join);
     }
     b.SetInsertPoint(join);
+  }
+
+  // Whether this launch's strides along the last two dims, and its innermost
+  // extent, are those the kernel was lowered with (kir::Kernel::short_inner).
+  Value* short_inner_launch() {
+    const size_t inner_d = static_cast<size_t>(k.rank - 1);
+    Value* ok = b.CreateICmpEQ(dims[inner_d], b.getInt64(k.short_inner));
+    for (size_t s = 0; s <= k.load_params.size(); ++s)
+      for (size_t i = 0; i < 2; ++i)
+        ok = b.CreateAnd(ok, b.CreateICmpEQ(st[s][inner_d - 1 + i], b.getInt64(k.short_inner_steps[2 * s + i])));
+    return ok;
+  }
+
+  // One run of the dim above the short innermost dim, as one loop the
+  // optimizer vectorizes: per step, the short dim's elements unrolled, every
+  // store and load at the constant strides of short_inner_launch().
+  void short_inner_run(const std::vector<Value*>& base) {
+    const size_t inner_d = static_cast<size_t>(k.rank - 1), above = inner_d - 1;
+    const size_t first_coord = k.load_params.size() + 1;
+    loop(b.getInt64(0), dims[above], [&](Value* j) {
+      for (int e = 0; e < k.short_inner; ++e) {
+        auto index = [&](size_t s) -> Value* {
+          if (s >= first_coord)  // coordinates move by their coefficients
+            return b.CreateAdd(base[s], b.CreateAdd(b.CreateMul(j, st[s][above]),
+                                                    b.CreateMul(b.getInt64(e), st[s][inner_d])));
+          const int64_t s_above = k.short_inner_steps[2 * s], s_inner = k.short_inner_steps[2 * s + 1];
+          return b.CreateAdd(base[s], b.CreateAdd(b.CreateMul(j, b.getInt64(s_above)), b.getInt64(e * s_inner)));
+        };
+        auto v = stmts(k.body, [&](int slot) { return index(static_cast<size_t>(slot) + 1); }, nullptr, nullptr);
+        store(v[static_cast<size_t>(k.value)], k.body[static_cast<size_t>(k.value)].dtype, index(0));
+      }
+    }, "i.run");
   }
 
   void elementwise_rows(const std::vector<Value*>& base) {

@@ -189,6 +189,46 @@ TEST_CASE("kernel IR verifier: params and slots", "[jit]") {
   }
 }
 
+TEST_CASE("kernel IR verifier: interleaved loads and short inner dims", "[jit]") {
+  Leaves L;
+  const kir::Kernel good = elementwise(L);
+  INFO(good.text());
+  const size_t loads = good.load_params.size();
+  {
+    kir::Kernel k = good;
+    k.interleave.assign(loads + 1, 0);
+    check_breaks(k, fmt::format("{} interleave strides for {} load slots", loads + 1, loads));
+  }
+  {
+    kir::Kernel k = good;
+    k.interleave.assign(loads, 0);
+    k.interleave[0] = 5;
+    check_breaks(k, "load slot 0 has interleave stride 5, not 2, 3 or 4");
+  }
+  {
+    kir::Kernel k = reduction(L);
+    k.interleave.assign(k.load_params.size(), 2);
+    check_breaks(k, "interleave strides on a reduction or row program");
+  }
+  {
+    kir::Kernel k = good;
+    k.short_inner = 2;
+    k.short_inner_steps.assign(2 * loads, 1);
+    check_breaks(k, fmt::format("{} short-inner steps for {} store and load slots", 2 * loads, loads + 1));
+  }
+  {
+    kir::Kernel k = good;
+    k.short_inner = 8;
+    k.short_inner_steps.assign(2 * (loads + 1), 1);
+    check_breaks(k, "short inner extent 8, not 2, 3 or 4");
+  }
+  {
+    kir::Kernel k = good;
+    k.short_inner_steps.assign(2 * (loads + 1), 1);
+    check_breaks(k, "short-inner steps without a short inner dim");
+  }
+}
+
 TEST_CASE("kernel IR verifier: the iteration domain", "[jit]") {
   Leaves L;
   const kir::Kernel ew = elementwise(L), red = reduction(L);

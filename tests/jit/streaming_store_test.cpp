@@ -17,7 +17,7 @@
 
 #include "codegen/cpu/cpu_backend.h"
 #include "codegen/cpu/llvm_emitter.h"
-#include "runtime/orc_jit.h"
+#include "tests/jit/hand_kernels.h"
 
 using namespace tessel;
 using namespace tessel::testing;
@@ -26,9 +26,8 @@ namespace {
 
 using kir::Stmt;
 using kir::StmtKind;
-
-Stmt load(int slot, DType t) { return {StmtKind::Load, ir::Op::Add, t, {}, slot}; }
-Stmt op(ir::Op o, DType t, std::vector<int> args) { return {StmtKind::Op, o, t, std::move(args), 0}; }
+using testing::load;
+using testing::op;
 
 // out = relu(a * b + c) * d as one rank-1 kernel of dtype t (f32, f64 or i64).
 kir::Kernel chain(DType t) {
@@ -55,23 +54,7 @@ bool has_nontemporal(const kir::Kernel& k, bool streaming = true) {
          std::string::npos;
 }
 
-OrcJit& test_jit() {
-  static OrcJit jit([] {
-    OrcJitOptions o;
-    o.vector_math = VectorMath::none;
-    return o;
-  }());
-  return jit;
-}
-
-cpujit::KernelFn* compile(const kir::Kernel& k) {
-  OrcJit& jit = test_jit();
-  KernelKey key = jit.make_key(k.text(), cpujit::kEmitterVersion + cpujit::variant_key({.streaming = true}));
-  std::string sym = "tessel_k_" + key.to_hex();  // the backend's name for this key: the cache is shared
-  JitKernel j = jit.get_or_compile(key, sym,
-                                   [&](llvm::LLVMContext& ctx) { return cpujit::emit_llvm(k, sym, ctx, {.streaming = true}); });
-  return reinterpret_cast<cpujit::KernelFn*>(j.address);
-}
+cpujit::KernelFn* compile(const kir::Kernel& k) { return testing::compile_by_hand(k, {.streaming = true}); }
 
 template <class T> T expect_chain(T a, T b, T c, T d) {
   T t = a * b + c;
