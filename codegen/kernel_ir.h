@@ -92,7 +92,8 @@ struct Kernel {
   // whose stride there is not 0 takes the general loop. Empty: none.
   std::vector<bool> invariant;
   // Per load slot: its stride along the innermost domain dim was 2, 3 or 4
-  // when the kernel was lowered (a pool's window views, every other element),
+  // when the kernel was lowered, along a row of 4 or more (a pool's window
+  // views, every other element),
   // so the emitter's fast loop reads it at that constant stride, which LLVM
   // vectorizes as interleaved loads; 0: not such a slot. Only elementwise
   // kernels whose store is contiguous; a launch with other strides takes the

@@ -605,7 +605,7 @@ void mark_invariant_loads(Lowered& l) {
       any |= k.invariant[i] = l.args[k.slot_base(static_cast<int>(i) + 1) + 1 + static_cast<size_t>(k.rank - 1)] == 0;
   if (!any) k.invariant.clear();  // the common case keeps the plain text
   // Interleaved loads: only where a vector loop can use them (a row of at
-  // least a few vectors' worth, a contiguous store, plain strided loads).
+  // least one 4-lane vector, a contiguous store, plain strided loads).
   k.interleave.clear();
   k.short_inner = 0;
   k.short_inner_steps.clear();
@@ -633,7 +633,7 @@ void mark_invariant_loads(Lowered& l) {
     }
     return;
   }
-  if (k.reduce != kir::ReduceKind::None || k.row_program() || k.indexed() || l.args[inner] < 8 ||
+  if (k.reduce != kir::ReduceKind::None || k.row_program() || k.indexed() || l.args[inner] < 4 ||
       l.args[k.slot_base(0) + 1 + inner] != 1)
     return;
   std::vector<uint8_t> il(k.load_params.size(), 0);

@@ -24,7 +24,7 @@ using KernelFn = void(void** bufs, const int64_t* args, int64_t begin, int64_t e
 
 /// Changes whenever the code emitted for a kernel changes, so cached objects
 /// of an older emitter are not reused (part of the kernel cache key).
-inline constexpr const char* kEmitterVersion = "emit13";
+inline constexpr const char* kEmitterVersion = "emit14";
 struct EmitOptions;
 /// The part of the key that names an EmitOptions variant ("" for the plain one).
 std::string variant_key(const EmitOptions& o);

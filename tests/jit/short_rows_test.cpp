@@ -100,12 +100,13 @@ void check_spread(cpujit::KernelFn* fn, int64_t R, int64_t J, int64_t E, int64_t
 
 }  // namespace
 
-TEST_CASE("lowering marks loads at a stride of 2-4 along rows of at least 8 with a contiguous store", "[jit]") {
+TEST_CASE("lowering marks loads at a stride of 2-4 along rows of at least 4 with a contiguous store", "[jit]") {
   CHECK(lowered(pair_difference(), pair_args(3, 16, 40, 2)).kernel.interleave == std::vector<uint8_t>{2, 2});
   CHECK(lowered(pair_difference(), pair_args(3, 16, 60, 3)).kernel.interleave == std::vector<uint8_t>{3, 3});
   CHECK(lowered(pair_difference(), pair_args(3, 16, 40, 1)).kernel.interleave.empty());  // unit strides
   CHECK(lowered(pair_difference(), pair_args(3, 16, 90, 5)).kernel.interleave.empty());  // too far apart
-  CHECK(lowered(pair_difference(), pair_args(3, 7, 40, 2)).kernel.interleave.empty());   // a row under 8
+  CHECK(lowered(pair_difference(), pair_args(3, 4, 40, 2)).kernel.interleave == std::vector<uint8_t>{2, 2});
+  CHECK(lowered(pair_difference(), pair_args(3, 3, 40, 2)).kernel.interleave.empty());  // a row under 4
   auto strided_store = pair_args(3, 16, 40, 2);
   strided_store[4] = 2;
   CHECK(lowered(pair_difference(), strided_store).kernel.interleave.empty());
@@ -120,6 +121,7 @@ TEST_CASE("interleaved loads: every element right on the fast loop and on launch
   cpujit::KernelFn* fn = testing::compile_by_hand(k);
   check_pair(fn, 5, 37, 2);  // the strides it was lowered for
   check_pair(fn, 3, 64, 2);
+  check_pair(fn, 7, 5, 2);   // rows of a 4-lane vector and one more
   check_pair(fn, 4, 19, 3);  // another stride: the general loop
   check_pair(fn, 2, 9, 1);
 }
