@@ -130,6 +130,16 @@ Tensor::ValuesIndices max_pool_impl(const Tensor& input, Size2 k, const MaxPool2
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, Size2 kernel_size, const MaxPool2dOptions& options) {
+  // max_pool(relu(y)) is relu(max_pool(y)), values and gradients alike: ReLU
+  // keeps the order of positive values, and a window it flattens to ties at 0
+  // has a gradient of 0 whichever tie is chosen (NaN stays NaN with gradient
+  // 0 either way). Pooling first puts the ReLU and its backward mask on the
+  // pooled tensor (a quarter of the size for 2x2 windows): backward no longer
+  // masks the full-size gradient in a pass after the pool's scatter. Only
+  // here: the indices of max_pool2d_with_indices would differ on such ties.
+  const ir::Node& n = *x.node();
+  if (n.op == ir::Op::Relu && !n.realized() && is_floating(x.dtype()))
+    return max_pool_impl(Tensor::from_node(n.args[0], x.device()), kernel_size, options, false).values.relu();
   return max_pool_impl(x, kernel_size, options, false).values;
 }
 

@@ -142,6 +142,51 @@ TEST_CASE("max_pool2d over tiling windows of an input they do not cover (5 x 5, 
   check_values(x.grad(), {2, 1, 5, 5}, want);
 }
 
+TEST_CASE("max_pool2d of a ReLU pools first: the same values and gradient, the ReLU on the pooled tensor",
+          "[nn][pool]") {
+  // Windows with a positive maximum, a tie at 0 after the ReLU (all values
+  // <= 0, the first of them negative), an exact 0, and a NaN.
+  const double nan = std::nan("");
+  auto input = [&] {
+    return leaf(tensor({{{{-1., -0.5, 2., 5.}, {-3., -2., 5., 1.}, {nan, 3., 0., -1.}, {3., 3., -2., 0.}}}},
+                       DType::f64));
+  };
+  const Tensor grad_out = tensor({{{{1., 2.}, {3., 4.}}}}, DType::f64);
+  // The ReLU realized first: pooled as written, max_pool(relu(y)).
+  Tensor x0 = input();
+  Tensor r = relu(x0);
+  r.eval();
+  Tensor want = max_pool2d(r, 2);
+  want.backward(grad_out);
+  // Unrealized: pooled first, relu(max_pool(y)).
+  Tensor x1 = input();
+  Tensor got = max_pool2d(relu(x1), 2);
+  CHECK(got.node()->op == ir::Op::Relu);
+  CHECK(got.node()->args[0]->shape == Shape({1, 1, 2, 2}));
+  got.backward(grad_out);
+  Tensor g = x1.grad();
+  g.eval();
+  std::vector<double> a = vals(got), b = vals(want);
+  REQUIRE(a.size() == 4);
+  CHECK(a[0] == 0.);
+  CHECK(a[1] == 5.);
+  CHECK(std::isnan(a[2]));
+  CHECK(a[3] == 0.);
+  CHECK(b[0] == 0.);
+  CHECK(b[1] == 5.);
+  CHECK(std::isnan(b[2]));
+  CHECK(b[3] == 0.);
+  // Window 1's first 5 gets 2; every other window's gradient is 0 (ReLU's
+  // mask at 0, at NaN and at the ties it made).
+  std::vector<double> zero(16, 0.0);
+  zero[3] = 2.;
+  check_values(g, {1, 1, 4, 4}, zero);
+  check_values(x0.grad(), {1, 1, 4, 4}, zero);
+  // with_indices keeps the ReLU's ties: the first of the tied zeros.
+  Tensor x2 = input();
+  check_indices(max_pool2d_with_indices(relu(x2), 2).indices, {1, 1, 2, 2}, {0, 3, 8, 10});
+}
+
 TEST_CASE("max_pool2d keeps f32 and reads an elementwise expression", "[nn][pool]") {
   Tensor x = pat({1, 2, 5, 5}, 0, DType::f32);
   Tensor y = max_pool2d(relu(x), 3, {.stride = 2, .padding = 1});
