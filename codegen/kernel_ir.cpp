@@ -100,8 +100,9 @@ void mix_stmts(uint64_t& h, const std::vector<Stmt>& list) {
 }
 }  // namespace
 
-bool Kernel::indexed() const {
-  if (coords > 0) return true;
+bool Kernel::indexed() const { return coords > 0 || indexed_loads(); }
+
+bool Kernel::indexed_loads() const {
   auto any = [](const std::vector<Stmt>& list) {
     for (const Stmt& s : list)
       if (s.kind == StmtKind::Load && (s.pred >= 0 || s.index >= 0)) return true;

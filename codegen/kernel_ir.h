@@ -143,6 +143,8 @@ struct Kernel {
   /// Coordinates, predicated or indexed loads: element indices that are not
   /// one stride walk per slot (no vector-group or streaming variants).
   bool indexed() const;
+  /// Predicated or indexed loads, in the body or a stage (indexed() without the coordinates).
+  bool indexed_loads() const;
   /// Number of int64 launch arguments.
   size_t num_args() const { return const_base() + const_types.size(); }
   size_t slot_base(int slot) const {

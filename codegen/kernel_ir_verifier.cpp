@@ -119,9 +119,7 @@ class Verifier {
         fail("a short inner dim on a reduction, a row program or a rank-{} domain", k_.rank);
       if (k_.short_inner_steps.size() != 2 * (k_.load_params.size() + 1))
         fail("{} short-inner steps for {} store and load slots", k_.short_inner_steps.size(), k_.load_params.size() + 1);
-      for (const Stmt& s : k_.body)
-        if (s.kind == StmtKind::Load && (s.pred >= 0 || s.index >= 0))
-          fail("a short inner dim with a predicated or indexed load");
+      if (k_.indexed_loads()) fail("a short inner dim with a predicated or indexed load");
     } else if (!k_.short_inner_steps.empty()) {
       fail("short-inner steps without a short inner dim");
     }

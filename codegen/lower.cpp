@@ -592,10 +592,10 @@ void coalesce(Lowered& l) {
   int kept = flat ? R - 1 : K;
   l.rows = 1;
   for (int d = 0; d < kept; ++d) l.rows *= a[static_cast<size_t>(d)];
-  mark_invariant_loads(l);
+  mark_inner_strides(l);
 }
 
-void mark_invariant_loads(Lowered& l) {
+void mark_inner_strides(Lowered& l) {
   auto& k = l.kernel;
   k.invariant.assign(k.load_params.size(), false);
   bool any = false;
@@ -610,22 +610,17 @@ void mark_invariant_loads(Lowered& l) {
   k.short_inner = 0;
   k.short_inner_steps.clear();
   const size_t inner = static_cast<size_t>(k.rank - 1);
-  auto plain_loads = [&] {
-    for (const kir::Stmt& s : k.body)
-      if (s.kind == kir::StmtKind::Load && (s.pred >= 0 || s.index >= 0)) return false;
-    return true;
-  };
   const bool flat = k.reduce == kir::ReduceKind::None && !k.row_program();
   // A short innermost dim stored contiguously under a run of at least 4.
   if (flat && k.rank >= 2 && l.args[inner] >= 2 && l.args[inner] <= 4 && l.args[inner - 1] >= 4 &&
-      l.args[k.slot_base(0) + 1 + inner] == 1 && l.args[k.slot_base(0) + inner] == l.args[inner] && plain_loads()) {
+      l.args[k.slot_base(0) + 1 + inner] == 1 && l.args[k.slot_base(0) + inner] == l.args[inner] && !k.indexed_loads()) {
     std::vector<uint8_t> steps;
     bool small = true;
     for (size_t s = 0; s <= k.load_params.size(); ++s)
       for (size_t d : {inner - 1, inner}) {
         const int64_t v = l.args[k.slot_base(static_cast<int>(s)) + 1 + d];
         small &= v >= 0 && v <= 16;
-        steps.push_back(static_cast<uint8_t>(std::clamp<int64_t>(v, 0, 16)));
+        steps.push_back(static_cast<uint8_t>(v));  // kept only when every one is small
       }
     if (small) {
       k.short_inner = static_cast<int>(l.args[inner]);

@@ -57,9 +57,10 @@ bool reads_in_store_layout(const Lowered& l, size_t p);
 
 /// Marks the load slots whose stride along the innermost domain dim is 0 in
 /// l.args (kir::Kernel::invariant), and in an elementwise kernel with a
-/// contiguous store those at stride 2, 3 or 4 (kir::Kernel::interleave);
-/// coalesce() ends with it.
-void mark_invariant_loads(Lowered& l);
+/// contiguous store those at stride 2, 3 or 4 (kir::Kernel::interleave) or
+/// a short contiguous innermost dim (kir::Kernel::short_inner); coalesce()
+/// ends with it.
+void mark_inner_strides(Lowered& l);
 
 /// Merges adjacent domain dims every slot walks contiguously (within the kept
 /// and the reduced group), keeping the rank by padding with size-1 dims, and

@@ -56,7 +56,7 @@ lower::Lowered lowered(kir::Kernel k, std::vector<int64_t> args) {
   lower::Lowered l;
   l.kernel = std::move(k);
   l.args = std::move(args);
-  lower::mark_invariant_loads(l);
+  lower::mark_inner_strides(l);
   return l;
 }
 
