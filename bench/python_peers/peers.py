@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The PyPI peers of tessel's benchmark figures: PyTorch 2.x eager and
-torch.compile, JAX (jit) and tinygrad, all on the CPU with one thread, and
-PyTorch DDP (torch2_ddp: 1 and 2 processes of one thread each).
+torch.compile, JAX (jit) and tinygrad, all on the CPU with one thread and
+pinned to one core, and PyTorch DDP (torch2_ddp: 1 and 2 processes of one
+thread each, not pinned).
 
 Run with the bench venv's interpreter (scripts/setup-deps.sh --bench makes it,
 at $TESSEL_BENCH_PYENV, default ~/.cache/tessel-bench-pyenv):
@@ -45,6 +46,8 @@ import sys
 import time
 import traceback
 
+DDP_CHILD_ARGV = "--ddp-child" in sys.argv
+
 # One thread for every library, set before any of them is imported.
 for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
     os.environ[_v] = "1"
@@ -57,6 +60,15 @@ os.environ.setdefault("THREADS", "0")              # kernels without a core_id s
 os.environ.setdefault("NUM_CPU_THREADS", "1")      # and one worker thread
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
+# One core, as `taskset -c 0`: some libraries keep worker threads whatever
+# the flags above say (jaxlib's CPU client does), and on one core those
+# threads can only take turns with the step, as tessel's single thread does.
+# Threads made later inherit this; the DDP ranks get every core back (see
+# _run_ddp), as tessel's ranks have them.
+ALL_CPUS = os.sched_getaffinity(0)
+if not DDP_CHILD_ARGV:
+    os.sched_setaffinity(0, {min(ALL_CPUS)})
+
 import numpy as np  # noqa: E402
 
 FIGURES = ["attention_fwd_bwd", "train_step_b256", "fashion_epoch", "lenet_epoch", "gpt_train_step",
@@ -64,7 +76,7 @@ FIGURES = ["attention_fwd_bwd", "train_step_b256", "fashion_epoch", "lenet_epoch
 PEERS = ("torch2_eager", "torch_compile", "jax", "tinygrad", "torch2_ddp")
 # A DDP rank (this script started again by ddp_fashion_epoch) needs torch alone:
 # importing JAX and tinygrad in every rank would only slow its start.
-DDP_CHILD = "--ddp-child" in sys.argv
+DDP_CHILD = DDP_CHILD_ARGV
 MISSING = "missing (not installed: run scripts/setup-deps.sh --bench)"
 
 
@@ -776,7 +788,8 @@ def gpt_train_step(args, timer):
 # 0, set_epoch per epoch), 3 warm-up batches, then epochs each between two
 # barriers; rank 0 reports the median epoch. samples = batches x 256, as
 # ddp_bench counts them (60160 for 235 batches). One thread per process, no
-# pinning (ddp_bench pins nothing either).
+# pinning (ddp_bench pins nothing either): the ranks get back every core the
+# parent was started with.
 DDP_GLOBAL_BATCH = 256
 DDP_WARM_BATCHES = 3
 
@@ -859,7 +872,8 @@ def _run_ddp(world, epochs, timeout_s=600):
     for rank in range(world):
         cmd = [sys.executable, os.path.abspath(__file__), "--ddp-child", f"--ddp-world={world}",
                f"--ddp-rank={rank}", f"--ddp-epochs={epochs}"]
-        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE, text=True,
+                                      preexec_fn=lambda: os.sched_setaffinity(0, ALL_CPUS)))
     # A rank that fails leaves the other waiting in gloo (for minutes): stop it then.
     deadline = time.monotonic() + timeout_s
     try:
@@ -954,7 +968,8 @@ def main():
                 missing.setdefault(p, "not selected (--peers)")
     timer = Timer(reps=5 if args.quick else 11, min_time=0.05 if args.quick else 0.1)
     out = {"_meta": {**versions, "python": sys.version.split()[0], "threads": "1 (torch.set_num_threads(1), "
-                     "XLA --xla_cpu_multi_thread_eigen=false, OMP/MKL/OPENBLAS_NUM_THREADS=1)",
+                     "XLA --xla_cpu_multi_thread_eigen=false, OMP/MKL/OPENBLAS_NUM_THREADS=1), "
+                     f"pinned to CPU {min(ALL_CPUS)} (DDP ranks: every CPU)",
                      "unknown_figures": ",".join(unknown)}}
     if torch is not None:
         out["_meta"]["torch_num_threads"] = torch.get_num_threads()
