@@ -91,8 +91,10 @@ bool bool_apply(Op op, bool x, bool y) {
 
 // One element of a unary, binary or comparison op on compute type T: unary
 // ops ignore `y`, a comparison gives 1 or 0.
+// Always inlined: a loop that calls it with a constant op (with_op below)
+// compiles to that op's arithmetic alone, and vectorizes.
 template <class T>
-T apply(Op op, T x, T y) {
+[[gnu::always_inline]] inline T apply(Op op, T x, T y) {
   if constexpr (std::is_same_v<T, bool>) {
     return bool_apply(op, x, y);
   } else {
@@ -157,6 +159,38 @@ T apply(Op op, T x, T y) {
     }
     throw InternalError(fmt::format("ref interpreter: {} is not a unary, binary or comparison op", ir::op_name(op)));
   }
+}
+
+// Calls body(f) with f(x, y) computing `op` on T. The ops a training step
+// interprets most get a lambda of their own with the op fixed, so the loop
+// `body` runs is that op's arithmetic alone -- the same arithmetic, as
+// apply() is inlined either way -- and the compiler vectorizes it; the rest
+// go through apply's switch per element.
+template <class T, class Body>
+void with_op(Op op, Body&& body) {
+  auto fixed = [&](auto k) { body([](T x, T y) { return apply<T>(decltype(k)::value, x, y); }); };
+  if constexpr (!std::is_same_v<T, bool>) {
+    if (op == Op::Add) return fixed(std::integral_constant<Op, Op::Add>{});
+    if (op == Op::Sub) return fixed(std::integral_constant<Op, Op::Sub>{});
+    if (op == Op::Mul) return fixed(std::integral_constant<Op, Op::Mul>{});
+    if (op == Op::Div) return fixed(std::integral_constant<Op, Op::Div>{});
+    if (op == Op::Neg) return fixed(std::integral_constant<Op, Op::Neg>{});
+    if (op == Op::Relu) return fixed(std::integral_constant<Op, Op::Relu>{});
+    if (op == Op::Maximum) return fixed(std::integral_constant<Op, Op::Maximum>{});
+    if (op == Op::Eq) return fixed(std::integral_constant<Op, Op::Eq>{});
+    if (op == Op::Gt) return fixed(std::integral_constant<Op, Op::Gt>{});
+    if (op == Op::Lt) return fixed(std::integral_constant<Op, Op::Lt>{});
+    if constexpr (std::is_floating_point_v<T>) {
+      if (op == Op::Exp) return fixed(std::integral_constant<Op, Op::Exp>{});
+      if (op == Op::Log) return fixed(std::integral_constant<Op, Op::Log>{});
+      if (op == Op::Sqrt) return fixed(std::integral_constant<Op, Op::Sqrt>{});
+      if (op == Op::Rsqrt) return fixed(std::integral_constant<Op, Op::Rsqrt>{});
+      if (op == Op::Reciprocal) return fixed(std::integral_constant<Op, Op::Reciprocal>{});
+      if (op == Op::Tanh) return fixed(std::integral_constant<Op, Op::Tanh>{});
+      if (op == Op::Sigmoid) return fixed(std::integral_constant<Op, Op::Sigmoid>{});
+    }
+  }
+  body([op](T x, T y) { return apply<T>(op, x, y); });
 }
 
 class Interpreter {
@@ -224,15 +258,16 @@ class Interpreter {
       using T = decltype(tag);
       T* o = out.ptr<T>();
       const T* a = in.ptr<T>();
-      Op op = n.op;
       StridedLoop<2> loop(n.shape, {&out.strides, &in.strides});
-      loop.run([&](auto off, auto st, int64_t len) {
-        T* po = o + off[0];
-        const T* pa = a + off[1];
-        if (st[1] == 1)
-          for (int64_t k = 0; k < len; ++k) po[k] = apply<T>(op, pa[k], T{});
-        else
-          for (int64_t k = 0; k < len; ++k) po[k] = apply<T>(op, pa[k * st[1]], T{});
+      with_op<T>(n.op, [&](auto f) {
+        loop.run([&](auto off, auto st, int64_t len) {
+          T* po = o + off[0];
+          const T* pa = a + off[1];
+          if (st[1] == 1)
+            for (int64_t k = 0; k < len; ++k) po[k] = f(pa[k], T{});
+          else
+            for (int64_t k = 0; k < len; ++k) po[k] = f(pa[k * st[1]], T{});
+        });
       });
     });
     return out;
@@ -275,14 +310,7 @@ class Interpreter {
             for (int64_t k = 0; k < len; ++k) po[k] = f(x[k * st[1]], y[k * st[2]]);
         });
       };
-      // The common ops get their own loop so the compiler vectorizes them.
-      if constexpr (!std::is_same_v<T, bool>) {
-        if (n.op == Op::Add) return body([](T x, T y) { return static_cast<T>(x + y); });
-        if (n.op == Op::Sub) return body([](T x, T y) { return static_cast<T>(x - y); });
-        if (n.op == Op::Mul) return body([](T x, T y) { return static_cast<T>(x * y); });
-      }
-      Op op = n.op;
-      body([op](T x, T y) { return apply<T>(op, x, y); });
+      with_op<T>(n.op, body);
     });
     return out;
   }
@@ -294,11 +322,17 @@ class Interpreter {
       bool* o = out.ptr<bool>();
       const T* pa = a.ptr<T>();
       const T* pb = b.ptr<T>();
-      Op op = n.op;
       StridedLoop<3> loop(n.shape, {&out.strides, &a.strides, &b.strides});
-      loop.run([&](auto off, auto st, int64_t len) {
-        for (int64_t k = 0; k < len; ++k)
-          o[off[0] + k] = apply<T>(op, pa[off[1] + k * st[1]], pb[off[2] + k * st[2]]) != T(0);
+      with_op<T>(n.op, [&](auto f) {
+        loop.run([&](auto off, auto st, int64_t len) {
+          bool* po = o + off[0];
+          const T* x = pa + off[1];
+          const T* y = pb + off[2];
+          if (st[1] == 1 && st[2] == 0)
+            for (int64_t k = 0; k < len; ++k) po[k] = f(x[k], y[0]) != T(0);
+          else
+            for (int64_t k = 0; k < len; ++k) po[k] = f(x[k * st[1]], y[k * st[2]]) != T(0);
+        });
       });
     });
     return out;
@@ -314,8 +348,19 @@ class Interpreter {
       const T* pb = b.ptr<T>();
       StridedLoop<4> loop(n.shape, {&out.strides, &c.strides, &a.strides, &b.strides});
       loop.run([&](auto off, auto st, int64_t len) {
-        for (int64_t k = 0; k < len; ++k)
-          o[off[0] + k] = pc[off[1] + k * st[1]] ? pa[off[2] + k * st[2]] : pb[off[3] + k * st[3]];
+        T* po = o + off[0];
+        const bool* q = pc + off[1];
+        const T* x = pa + off[2];
+        const T* y = pb + off[3];
+        // Both values dense, or one a splat (a ReLU's backward): loops that vectorize.
+        if (st[1] == 1 && st[2] == 1 && st[3] == 1)
+          for (int64_t k = 0; k < len; ++k) po[k] = q[k] ? x[k] : y[k];
+        else if (st[1] == 1 && st[2] == 1 && st[3] == 0)
+          for (int64_t k = 0; k < len; ++k) po[k] = q[k] ? x[k] : y[0];
+        else if (st[1] == 1 && st[2] == 0 && st[3] == 1)
+          for (int64_t k = 0; k < len; ++k) po[k] = q[k] ? x[0] : y[k];
+        else
+          for (int64_t k = 0; k < len; ++k) po[k] = q[k * st[1]] ? x[k * st[2]] : y[k * st[3]];
       });
     });
     return out;
@@ -340,6 +385,7 @@ class Interpreter {
       using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
       const T* src = in.ptr<T>();
       StridedLoop<2> outer(kept, {&out_st, &kept_st});
+      const StridedLoop<1> inner(red, {&red_st});  // the same walk for every output element
       outer.run([&](auto off, auto st, int64_t len) {
         for (int64_t k = 0; k < len; ++k) {
           const T* base = src + off[1] + k * st[1];
@@ -349,33 +395,40 @@ class Interpreter {
           Acc partial[ir::kSumLanes] = {};
           constexpr int64_t lanes = std::is_floating_point_v<Acc> ? ir::kSumLanes : 1;
           int64_t best = 0, pos = 0;
-          StridedLoop<1> inner(red, {&red_st});
-          inner.run([&](auto ioff, auto ist, int64_t ilen) {
-            for (int64_t j = 0; j < ilen; ++j, ++pos) {
-              Acc v = static_cast<Acc>(base[ioff[0] + j * ist[0]]);
-              // NaN propagates through max/min/argmax; integers are never NaN.
-              auto nan = [](Acc a) {
-                if constexpr (std::is_floating_point_v<Acc>) return std::isnan(a);
-                else return false;
-              };
-              switch (n.op) {
-                case Op::Sum: case Op::Mean: partial[pos % lanes] += v; break;
-                case Op::Prod:
-                  // Integers wrap on overflow, as torch.prod's int64 product does.
-                  if constexpr (std::is_integral_v<Acc>)
-                    acc = static_cast<Acc>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
-                  else
-                    acc *= v;
-                  break;
-                case Op::Max: if (v > acc || nan(v)) acc = nan(acc) ? acc : v; break;
-                case Op::Min: if (v < acc || nan(v)) acc = nan(acc) ? acc : v; break;
-                case Op::ArgMax:
-                  if (!nan(acc) && (v > acc || nan(v))) { acc = v; best = pos; }
-                  break;
-                TESSEL_IR_CASES_NOT_REDUCE break;
+          // Sums (most reductions) in a loop of their own: no switch per element.
+          if (n.op == Op::Sum || n.op == Op::Mean) {
+            inner.run([&](auto ioff, auto ist, int64_t ilen) {
+              const T* p = base + ioff[0];
+              for (int64_t j = 0; j < ilen; ++j, ++pos) partial[pos % lanes] += static_cast<Acc>(p[j * ist[0]]);
+            });
+          } else {
+            inner.run([&](auto ioff, auto ist, int64_t ilen) {
+              for (int64_t j = 0; j < ilen; ++j, ++pos) {
+                Acc v = static_cast<Acc>(base[ioff[0] + j * ist[0]]);
+                // NaN propagates through max/min/argmax; integers are never NaN.
+                auto nan = [](Acc a) {
+                  if constexpr (std::is_floating_point_v<Acc>) return std::isnan(a);
+                  else return false;
+                };
+                switch (n.op) {
+                  case Op::Sum: case Op::Mean: partial[pos % lanes] += v; break;
+                  case Op::Prod:
+                    // Integers wrap on overflow, as torch.prod's int64 product does.
+                    if constexpr (std::is_integral_v<Acc>)
+                      acc = static_cast<Acc>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));
+                    else
+                      acc *= v;
+                    break;
+                  case Op::Max: if (v > acc || nan(v)) acc = nan(acc) ? acc : v; break;
+                  case Op::Min: if (v < acc || nan(v)) acc = nan(acc) ? acc : v; break;
+                  case Op::ArgMax:
+                    if (!nan(acc) && (v > acc || nan(v))) { acc = v; best = pos; }
+                    break;
+                  TESSEL_IR_CASES_NOT_REDUCE break;
+                }
               }
-            }
-          });
+            });
+          }
           if (n.op == Op::Sum || n.op == Op::Mean)
             for (int64_t l = 0; l < lanes; ++l) acc += partial[l];
           if (n.op == Op::Mean) acc = count ? acc / static_cast<Acc>(count) : std::numeric_limits<Acc>::quiet_NaN();

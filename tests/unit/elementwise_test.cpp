@@ -2,6 +2,8 @@
 // the dtype's C++ type (so results must be bit-exact).
 #include "tests/support/tensor_testing.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 using namespace tessel;
@@ -299,4 +301,56 @@ TEST_CASE("where with two scalar branches", "[elementwise]") {
   CHECK(i.dtype() == DType::i64);
   CHECK(ivals(i) == std::vector<int64_t>{1, 0, 1});
   CHECK(Tensor(where(c, 1, 0.5)).dtype() == DType::f32);
+}
+
+// The ref interpreter runs the common ops in loops of their own (the op
+// fixed, operands dense or splat) and the rest through a switch per element;
+// every path must give each element its definition, in the tensor's type.
+TEST_CASE("the ref interpreter's fixed-op loops: dense, splat and strided operands, element by element",
+          "[elementwise]") {
+  BackendOverride ref(ref_backend());
+  const int64_t R = 6, C = 37;  // rows longer than a vector, with a tail
+  std::vector<float> xv(R * C), yv(R * C);
+  for (int64_t i = 0; i < R * C; ++i) {
+    xv[i] = static_cast<float>((i * 7919) % 23) - 11.5f;  // signs mixed, never 0
+    yv[i] = static_cast<float>((i * 104729) % 19) - 9.0f;  // some exact 0
+  }
+  Tensor x = from_vector<float>(xv, Shape{R, C}), y = from_vector<float>(yv, Shape{R, C});
+  auto at = [&](const std::vector<float>& v, int64_t r, int64_t c) { return v[r * C + c]; };
+  auto each = [&](const Tensor& t, auto expect) {
+    REQUIRE(t.dtype() == DType::f32);
+    const std::vector<float> got = Tensor(t).to_vector<float>();
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        INFO("element " << r << "," << c);
+        const float e = expect(r, c);
+        REQUIRE(((got[r * C + c] == e) || (got[r * C + c] != got[r * C + c] && e != e)));
+      }
+  };
+  each(x / y, [&](int64_t r, int64_t c) { return at(xv, r, c) / at(yv, r, c); });
+  each(maximum(x, y), [&](int64_t r, int64_t c) { return std::max(at(xv, r, c), at(yv, r, c)); });
+  each(x.relu(), [&](int64_t r, int64_t c) { return std::max(at(xv, r, c), 0.0f); });
+  each(-x, [&](int64_t r, int64_t c) { return -at(xv, r, c); });
+  each(x.exp(), [&](int64_t r, int64_t c) { return std::exp(at(xv, r, c)); });
+  each(y.abs().log(), [&](int64_t r, int64_t c) { return std::log(std::fabs(at(yv, r, c))); });
+  // A comparison against a splat, and the ReLU backward's where(mask, g, 0).
+  each(where(x > 0.5, y, 0.0), [&](int64_t r, int64_t c) { return at(xv, r, c) > 0.5f ? at(yv, r, c) : 0.0f; });
+  each(where(x < y, 2.0, x), [&](int64_t r, int64_t c) { return at(xv, r, c) < at(yv, r, c) ? 2.0f : at(xv, r, c); });
+  // A transposed operand: the strided loop.
+  Tensor xt = from_vector<float>(xv, Shape{C, R}).permute({1, 0});
+  auto xt_at = [&](int64_t r, int64_t c) { return xv[c * R + r]; };
+  each(where(xt == y, xt, y * 2), [&](int64_t r, int64_t c) {
+    return xt_at(r, c) == at(yv, r, c) ? xt_at(r, c) : at(yv, r, c) * 2;
+  });
+  each(xt / y, [&](int64_t r, int64_t c) { return xt_at(r, c) / at(yv, r, c); });
+  // Sums of halves of whole numbers are exact in any order: column and row sums.
+  std::vector<float> col(C, 0.0f), row(R, 0.0f);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) col[c] += at(xv, r, c), row[r] += at(xv, r, c);
+  CHECK(Tensor(x.sum({0})).to_vector<float>() == col);
+  CHECK(Tensor(x.sum({1})).to_vector<float>() == row);
+  std::vector<float> strided_row(R, 0.0f);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) strided_row[r] += xt_at(r, c);
+  CHECK(Tensor(xt.sum({1})).to_vector<float>() == strided_row);
 }
