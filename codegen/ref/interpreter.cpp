@@ -166,29 +166,21 @@ template <class T>
 // `body` runs is that op's arithmetic alone -- the same arithmetic, as
 // apply() is inlined either way -- and the compiler vectorizes it; the rest
 // go through apply's switch per element.
+template <Op... Ks>
+struct Ops {};
+
 template <class T, class Body>
 void with_op(Op op, Body&& body) {
-  auto fixed = [&](auto k) { body([](T x, T y) { return apply<T>(decltype(k)::value, x, y); }); };
+  // Runs body with the op fixed when `op` is one of Ks; false when it is none.
+  auto fixed = [&]<Op... Ks>(Ops<Ks...>) {
+    return ((op == Ks && (body([](T x, T y) { return apply<T>(Ks, x, y); }), true)) || ...);
+  };
   if constexpr (!std::is_same_v<T, bool>) {
-    if (op == Op::Add) return fixed(std::integral_constant<Op, Op::Add>{});
-    if (op == Op::Sub) return fixed(std::integral_constant<Op, Op::Sub>{});
-    if (op == Op::Mul) return fixed(std::integral_constant<Op, Op::Mul>{});
-    if (op == Op::Div) return fixed(std::integral_constant<Op, Op::Div>{});
-    if (op == Op::Neg) return fixed(std::integral_constant<Op, Op::Neg>{});
-    if (op == Op::Relu) return fixed(std::integral_constant<Op, Op::Relu>{});
-    if (op == Op::Maximum) return fixed(std::integral_constant<Op, Op::Maximum>{});
-    if (op == Op::Eq) return fixed(std::integral_constant<Op, Op::Eq>{});
-    if (op == Op::Gt) return fixed(std::integral_constant<Op, Op::Gt>{});
-    if (op == Op::Lt) return fixed(std::integral_constant<Op, Op::Lt>{});
-    if constexpr (std::is_floating_point_v<T>) {
-      if (op == Op::Exp) return fixed(std::integral_constant<Op, Op::Exp>{});
-      if (op == Op::Log) return fixed(std::integral_constant<Op, Op::Log>{});
-      if (op == Op::Sqrt) return fixed(std::integral_constant<Op, Op::Sqrt>{});
-      if (op == Op::Rsqrt) return fixed(std::integral_constant<Op, Op::Rsqrt>{});
-      if (op == Op::Reciprocal) return fixed(std::integral_constant<Op, Op::Reciprocal>{});
-      if (op == Op::Tanh) return fixed(std::integral_constant<Op, Op::Tanh>{});
-      if (op == Op::Sigmoid) return fixed(std::integral_constant<Op, Op::Sigmoid>{});
-    }
+    using Common = Ops<Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Neg, Op::Relu, Op::Maximum, Op::Eq, Op::Gt, Op::Lt>;
+    using Transcendental = Ops<Op::Exp, Op::Log, Op::Sqrt, Op::Rsqrt, Op::Reciprocal, Op::Tanh, Op::Sigmoid>;
+    if (fixed(Common{})) return;
+    if constexpr (std::is_floating_point_v<T>)
+      if (fixed(Transcendental{})) return;
   }
   body([op](T x, T y) { return apply<T>(op, x, y); });
 }
