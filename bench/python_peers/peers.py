@@ -46,7 +46,9 @@ import sys
 import time
 import traceback
 
-DDP_CHILD_ARGV = "--ddp-child" in sys.argv
+# A DDP rank (this script started again by ddp_fashion_epoch) needs torch alone:
+# importing JAX and tinygrad in every rank would only slow its start.
+DDP_CHILD = "--ddp-child" in sys.argv
 
 # One thread for every library, set before any of them is imported.
 for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
@@ -66,7 +68,7 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 # Threads made later inherit this; the DDP ranks get every core back (see
 # _run_ddp), as tessel's ranks have them.
 ALL_CPUS = os.sched_getaffinity(0)
-if not DDP_CHILD_ARGV:
+if not DDP_CHILD:
     os.sched_setaffinity(0, {min(ALL_CPUS)})
 
 import numpy as np  # noqa: E402
@@ -74,9 +76,6 @@ import numpy as np  # noqa: E402
 FIGURES = ["attention_fwd_bwd", "train_step_b256", "fashion_epoch", "lenet_epoch", "gpt_train_step",
            "ddp_fashion_epoch"]
 PEERS = ("torch2_eager", "torch_compile", "jax", "tinygrad", "torch2_ddp")
-# A DDP rank (this script started again by ddp_fashion_epoch) needs torch alone:
-# importing JAX and tinygrad in every rank would only slow its start.
-DDP_CHILD = DDP_CHILD_ARGV
 MISSING = "missing (not installed: run scripts/setup-deps.sh --bench)"
 
 

@@ -403,7 +403,7 @@ class Interpreter {
                   else return false;
                 };
                 switch (n.op) {
-                  case Op::Sum: case Op::Mean: partial[pos % lanes] += v; break;
+                  case Op::Sum: case Op::Mean: break;  // the loop above
                   case Op::Prod:
                     // Integers wrap on overflow, as torch.prod's int64 product does.
                     if constexpr (std::is_integral_v<Acc>)
