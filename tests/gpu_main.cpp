@@ -1,14 +1,12 @@
 // Catch's main for tests that need a CUDA GPU: without one, the program exits
 // with 77, which ctest reports as "Skipped" (SKIP_RETURN_CODE), so a CPU-only
 // machine shows these tests as skipped rather than passed.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "runtime/device.h"
+#include "tests/catch_session.h"
 
 int main(int argc, char** argv) {
   setenv("TESSEL_JIT_ASYNC", "0", /*overwrite=*/0);  // as tests/catch_main.cpp: kernels compile before their launch
@@ -18,5 +16,5 @@ int main(int argc, char** argv) {
     std::puts("no CUDA GPU on this machine: skipped");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return tessel::testing::run_catch_session(argc, argv);
 }
