@@ -82,7 +82,8 @@ TEST_CASE("random trees realized on the GPU match the ref backend", "[gpu]") {
   int compared = 0;
   const uint64_t seed = tessel::testing::test_seed("random trees on the GPU");
   INFO("seed " << seed << " (TESSEL_TEST_SEED=" << seed << " replays)");
-  for (int i = 0; i < 300; ++i) {
+  const int trees = tessel::testing::trial_count("random trees on the GPU", 300, 100);
+  for (int i = 0; i < trees; ++i) {
     Case want = TreeGen(seed, i).make(i % 3);  // no backward: it builds over host leaves
     INFO(want.what);
     std::unordered_map<ir::Node*, ir::NodePtr> memo;

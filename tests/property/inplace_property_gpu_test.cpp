@@ -8,5 +8,6 @@ using namespace tessel;
 using namespace proptest;
 
 TEST_CASE("property: random in-place programs on gpu(0)", "[property][gpu]") {
-  run_programs("property in-place programs, gpu(0)", 25, true, gpu(0));
+  const char* name = "property in-place programs, gpu(0)";
+  run_programs(name, tessel::testing::trial_count(name, 25, 10), true, gpu(0));
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +40,19 @@ inline uint64_t test_seed(const char* suite) {
               static_cast<unsigned long long>(seed));
   std::fflush(stdout);
   return seed;
+}
+
+/// How many random cases a property test runs: `full` on the CPU or a real
+/// GPU, `emulated` on the emulated device (tests/CMakeLists.txt sets
+/// TESSEL_TEST_EMULATED_GPU there), where every new kernel is a host compile
+/// of about a second. TESSEL_TEST_TRIALS overrides both. Printed with the seed.
+inline int trial_count(const char* suite, int full, int emulated) {
+  int n = full;
+  if (const char* e = std::getenv("TESSEL_TEST_EMULATED_GPU"); e && std::strcmp(e, "1") == 0) n = emulated;
+  if (const char* e = std::getenv("TESSEL_TEST_TRIALS")) n = std::atoi(e);
+  std::printf("[%s] %d cases (TESSEL_TEST_TRIALS overrides)\n", suite, n);
+  std::fflush(stdout);
+  return n;
 }
 
 /// Asserts |a - b| <= atol + rtol * |b| elementwise, NaNs matching NaNs.
