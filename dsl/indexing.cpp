@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "codegen/backend.h"
 #include "codegen/builders.h"
 #include "runtime/errors.h"
 
@@ -165,10 +164,6 @@ void check_indices(std::string_view op, const Tensor& idx, int64_t size, int64_t
     else scan(idx.buffer().ptr<int32_t>());
     return;
   }
-  // A trace computes nothing: its "values" are whatever the allocator
-  // handed out, so a check there would fail or pass at random. The real
-  // run of the traced program checks.
-  if (!backend_for(idx.device()).computes_values()) return;
   // One fused reduction and one value read; the offending value only on failure.
   Tensor bad = binary_op(ir::Op::Or, binary_op(ir::Op::Lt, idx, Scalar(int64_t{0})),
                          binary_op(ir::Op::Ge, idx, Scalar(size)));
