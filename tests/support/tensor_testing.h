@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,14 @@ inline uint64_t test_seed(const char* suite) {
 inline int trial_count(const char* suite, int full, int emulated) {
   int n = full;
   if (const char* e = std::getenv("TESSEL_TEST_EMULATED_GPU"); e && std::strcmp(e, "1") == 0) n = emulated;
-  if (const char* e = std::getenv("TESSEL_TEST_TRIALS")) n = std::atoi(e);
+  if (const char* e = std::getenv("TESSEL_TEST_TRIALS")) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    // A run of zero cases passes having tested nothing: refuse it, and any non-number.
+    if (end == e || *end != '\0' || v <= 0 || v > 1000000)
+      throw std::invalid_argument(std::string("TESSEL_TEST_TRIALS must be a count from 1 to 1000000, got '") + e + "'");
+    n = static_cast<int>(v);
+  }
   std::printf("[%s] %d cases (TESSEL_TEST_TRIALS overrides)\n", suite, n);
   std::fflush(stdout);
   return n;
