@@ -60,6 +60,10 @@ class Backend {
   /// `from`, placed on `to`; one of the two is this backend's device. The
   /// default copies host memory to host memory.
   virtual ir::BufferView transfer(const ir::BufferView& v, DType t, const Shape& s, Device from, Device to);
+  /// False for a backend that allocates results without computing them (an
+  /// ahead-of-time trace): code that reads a value back to decide something
+  /// -- a bounds check of computed indices -- must not read there.
+  virtual bool computes_values() const { return true; }
 };
 
 /// The plain interpreter: the oracle every compiled result is tested against.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "codegen/backend.h"
 #include "codegen/builders.h"
 #include "runtime/errors.h"
 
@@ -166,8 +167,17 @@ void check_indices(std::string_view op, const Tensor& idx, int64_t size, int64_t
   }
   // One fused reduction and one value read; the offending value only on failure.
   Tensor bad = binary_op(ir::Op::Or, binary_op(ir::Op::Lt, idx, Scalar(int64_t{0})),
-                         binary_op(ir::Op::Ge, idx, Scalar(size)));
-  if (!bad.any().item<bool>()) return;
+                         binary_op(ir::Op::Ge, idx, Scalar(size)))
+                   .any();
+  // A trace computes nothing: its "values" are whatever the allocator handed
+  // out, so reading the check there would fail or pass at random. It still
+  // realizes the check, so the exported program holds the kernel the real
+  // run (which checks) launches.
+  if (!backend_for(idx.device()).computes_values()) {
+    bad.eval();
+    return;
+  }
+  if (!bad.item<bool>()) return;
   const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
   throw out_of_range(lo < 0 ? lo : hi);
 }

@@ -38,6 +38,7 @@ class TraceBackend final : public Backend {
   /// traced step updates) would copy values that were never computed into the
   /// model; the kernel computing the new value is recorded all the same.
   void copy_into(const ir::BufferView& dst, const ir::BufferView& src, DType t, const Shape& s) override;
+  bool computes_values() const override { return false; }
 
   /// Distinct kernels in order of first launch.
   const std::vector<TracedKernel>& kernels() const { return kernels_; }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "codegen/cpu/cpu_backend.h"
+#include "codegen/aot/trace.h"
 #include "dsl/aot.h"
 #include "models.h"
 #include "runtime/cuda/nvrtc.h"
@@ -67,6 +68,35 @@ TEST_CASE("tracing for export launches and compiles nothing", "[aot]") {
   for (auto& k : m.kernels) roles.insert(k.role);
   CHECK(roles == std::set<std::string>{"elementwise", "row"});
   fs::remove_all(dir);
+}
+
+TEST_CASE("tracing an embedding of computed positions records its bounds check and reads no value back", "[aot]") {
+  // A trace allocates results without computing them: a bounds check that
+  // read `any(index out of range)` back would pass or throw depending on what
+  // the allocator's block held (a GPT export failed that way at random). The
+  // small blocks the trace will be handed are filled with `true` first, so a
+  // read would throw here every time.
+  Tensor w = randn({16, 4});
+  w.eval();
+  {
+    std::vector<Tensor> poison;
+    for (int i = 0; i < 64; ++i) poison.push_back(tensor({true}));
+  }  // freed into the allocator's cache
+  aot::TraceBackend tb;
+  {
+    BackendOverride trace(tb);
+    Tensor pos = arange(8, DType::i64);  // computed, as a GPT's position ids
+    Tensor e = embedding(pos, w);
+    CHECK_NOTHROW(e.eval());
+  }
+  // The check and the gather: the check's kernel is exported, since the real
+  // run of the exported program launches it.
+  CHECK(tb.realizations() == 2);
+  bool check_recorded = false;
+  for (const aot::TracedKernel& k : tb.kernels()) check_recorded |= k.role == "reduce";
+  CHECK(check_recorded);
+  // The real run still checks.
+  CHECK_THROWS_AS(embedding(Tensor(arange(20, DType::i64) + 0), w).eval(), IndexError);
 }
 
 TEST_CASE("tracing a train-mode step leaves batch norm's running statistics and batch count as they were", "[aot]") {
