@@ -34,12 +34,29 @@ NodePtr unexpand(NodePtr g, const Shape& in) {
   return ir::reshape(ir::reduce(Op::Sum, std::move(g), axes, true), in.dims);
 }
 
-// The reduced output broadcast back over the reduced axes of `x`.
+// The reduced output broadcast back over the reduced axes of `x`. Without
+// keepdim, the reduced axes are added in front by an expand and moved into
+// place by a permute: views a kernel folds into its loads. (A reshape to the
+// keepdim shape would read its source from memory, so a computed gradient --
+// a mean's g / N -- would be stored by a kernel of its own first.)
 NodePtr unreduce(const NodePtr& v, const ir::Node& red) {
   const Shape& xs = red.args[0]->shape;
-  std::vector<int64_t> kept = xs.dims;
-  for (int64_t a : red.reduce().axes) kept[static_cast<size_t>(a)] = 1;
-  return ir::expand(ir::reshape(v, kept), xs);
+  const ir::ReduceAttrs& r = red.reduce();
+  if (r.keepdim) return ir::expand(v, xs);
+  std::vector<bool> reduced(xs.dims.size(), false);
+  for (int64_t a : r.axes) reduced[static_cast<size_t>(a)] = true;
+  std::vector<int64_t> front, order(xs.dims.size());
+  int64_t n_reduced = 0, n_kept = 0;
+  for (size_t j = 0; j < xs.dims.size(); ++j) n_reduced += reduced[j];
+  for (int64_t a : r.axes) front.push_back(xs.dims[static_cast<size_t>(a)]);
+  for (size_t j = 0; j < xs.dims.size(); ++j) {
+    if (reduced[j]) continue;
+    front.push_back(xs.dims[j]);
+  }
+  // Output axis j is front's axis order[j]: reduced axes in r.axes' (sorted) order, then the kept ones.
+  int64_t next_reduced = 0;
+  for (size_t j = 0; j < xs.dims.size(); ++j) order[j] = reduced[j] ? next_reduced++ : n_reduced + n_kept++;
+  return ir::permute(ir::expand(v, Shape(std::move(front))), std::move(order));
 }
 
 NodePtr sign(const NodePtr& x) {

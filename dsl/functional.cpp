@@ -157,27 +157,57 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntr
   const int64_t num_classes = logits.size(1);
   const int64_t counted = check_labels("cross_entropy", labels, num_classes, opt.ignore_index);
   const bool all_count = counted == labels.size(0);
+  const double eps = opt.label_smoothing;
+  // The value is computed without gradients and differentiated through
+  //   sum(logits * D, 1), reduced as the loss,  D = keep * softmax - target
+  // (target: the smoothed one-hot of the rows that count), whose backward is
+  // one row program over the logits: max, sum of exp, then D times the
+  // incoming gradient. Differentiating log_softmax op by op instead would keep
+  // exp(x - max) for backward and cut the head into a dozen small kernels.
+  const bool via_softmax = grad_enabled() && logits.requires_grad();
+  std::optional<NoGradGuard> no_grad;
+  if (via_softmax) no_grad.emplace();
   // An ignored label selects no class in the one-hot (it is outside [0, C)
   // or masked below), so its row of nll is 0; `keep` zeroes its smoothing
   // term. With no ignored row the graph is the plain one (fewest kernels).
-  Tensor keep = all_count ? Tensor() : binary_op(ir::Op::Ne, labels, Scalar(opt.ignore_index)).to(logits.dtype());
+  // Both from the labels' memory, so that neither is a reshape of a computed value.
+  auto keep_of = [&](const Tensor& l) { return binary_op(ir::Op::Ne, l, Scalar(opt.ignore_index)).to(logits.dtype()); };
+  Tensor keep = all_count ? Tensor() : keep_of(labels);                    // [N]
+  Tensor keep_col = all_count ? Tensor() : keep_of(labels.unsqueeze(-1));  // [N, 1]
   Tensor mask = one_hot_of_checked(labels, num_classes).to(logits.dtype());
-  if (!all_count) mask = mul(mask, keep.unsqueeze(-1));
+  if (!all_count) mask = mul(mask, keep_col);
   Tensor logp = log_softmax(logits, 1);
   Tensor picked = mul(logp, mask).sum({1});
   Tensor loss = picked.neg();
-  if (opt.label_smoothing > 0) {
-    const double eps = opt.label_smoothing;
+  if (eps > 0) {
     Tensor row = logp.sum({1});
     if (!all_count) row = mul(row, keep);
     Tensor smooth = binary_op(ir::Op::Div, row.neg(), Scalar(static_cast<double>(num_classes)));
     loss = add(binary_op(ir::Op::Mul, loss, Scalar(1.0 - eps)), binary_op(ir::Op::Mul, smooth, Scalar(eps)));
   }
-  if (opt.reduction == "none") return loss;
-  if (opt.reduction == "sum") return loss.sum();
-  if (all_count && opt.label_smoothing == 0) return picked.mean().neg();
   // The mean is over the rows that count: 0 / 0 = NaN when every row is ignored, as in PyTorch.
-  return binary_op(ir::Op::Div, loss.sum(), Scalar(static_cast<double>(counted)));
+  auto reduce = [&](const Tensor& per_row, const Tensor& plain_mean) {
+    if (opt.reduction == "none") return per_row;
+    if (opt.reduction == "sum") return per_row.sum();
+    if (plain_mean.defined()) return plain_mean;
+    return binary_op(ir::Op::Div, per_row.sum(), Scalar(static_cast<double>(counted)));
+  };
+  const bool plain = all_count && eps == 0;
+  Tensor value = reduce(loss, plain && opt.reduction == "mean" ? picked.mean().neg() : Tensor());
+  if (!via_softmax) return value;
+  // keep * (softmax - (1 - eps) * one_hot - eps / C), keep read once. It
+  // shares no node with the value's graph: a node both read would be stored
+  // between them, while each recomputes its one-hot and softmax in its own
+  // kernel at no extra memory traffic.
+  Tensor target = one_hot_of_checked(labels, num_classes).to(logits.dtype());
+  if (eps > 0) target = binary_op(ir::Op::Mul, target, Scalar(1.0 - eps));
+  Tensor d = sub(softmax(logits, 1), target);
+  if (eps > 0) d = binary_op(ir::Op::Sub, d, Scalar(eps / static_cast<double>(num_classes)));
+  if (!all_count) d = mul(d, keep_col);
+  no_grad.reset();
+  Tensor per_row = mul(logits, d).sum({1});
+  Tensor surrogate = reduce(per_row, plain && opt.reduction == "mean" ? per_row.mean() : Tensor());
+  return Tensor::from_node(ir::with_gradient_via(value.node(), surrogate.node()), logits.device());
 }
 
 Tensor mse_loss(const Tensor& pred, const Tensor& target, std::string_view reduction) {

@@ -5,6 +5,7 @@
 
 #include <functional>
 
+#include "codegen/autodiff.h"
 #include "codegen/cpu/cpu_backend.h"
 #include "codegen/schedule.h"
 #include "dsl/functional.h"
@@ -248,6 +249,45 @@ TEST_CASE("row programs: cross_entropy's forward is three launches and its gradi
       INFO("row " << i << " class " << c);
       CHECK(std::fabs(got[i * 10 + c] - expect) < 1e-6);
     }
+}
+
+TEST_CASE("row programs: cross_entropy's gradient is one row program over the logits under every option",
+          "[jit][autograd]") {
+  std::mt19937_64 g(4);
+  Tensor logits = rnd(g, {31, 10}, DType::f32);
+  for (bool ignoring : {false, true})
+    for (const char* reduction : {"mean", "sum"})
+      for (double smoothing : {0.0, 0.1}) {
+        INFO("ignored rows " << ignoring << ", reduction " << reduction << ", label_smoothing " << smoothing);
+        std::vector<int64_t> lab(31);
+        for (size_t i = 0; i < lab.size(); ++i)
+          lab[i] = ignoring && i % 5 == 2 ? -100 : static_cast<int64_t>((i * 3) % 10);
+        Tensor labels = from_vector<int64_t>(lab, Shape{31});
+        Tensor w = logits.detach().requires_grad_();
+        Tensor loss = cross_entropy(w, labels, {.label_smoothing = smoothing, .reduction = reduction});
+        std::vector<autodiff::LeafGrad> grads =
+            autodiff::gradients(loss.node(), ir::constant(ir::ScalarValue::of(1.0), DType::f32), true);
+        REQUIRE(grads.size() == 1);
+        // max, sum of exp, then keep * (softmax - target) times the incoming gradient.
+        sched::Schedule s = sched::schedule({grads[0].grad});
+        INFO(s.to_string());
+        CHECK(s.kernels() == 1);
+        REQUIRE(row_step(s));
+        CHECK(row_step(s)->stages.size() == 2);
+
+        // PyTorch's gradient: keep * (softmax - (1 - eps) * onehot - eps / C), over the rows that count.
+        loss.backward();
+        auto got = vals(w.grad());
+        auto p = vals(softmax(logits, 1));
+        const double counted = ignoring ? 25 : 31, scale = std::string(reduction) == "mean" ? 1 / counted : 1;
+        for (size_t i = 0; i < 31; ++i)
+          for (size_t c = 0; c < 10; ++c) {
+            const double target = (static_cast<int64_t>(c) == lab[i] ? 1 - smoothing : 0) + smoothing / 10;
+            const double expect = lab[i] == -100 ? 0 : (p[i * 10 + c] - target) * scale;
+            INFO("row " << i << " class " << c);
+            CHECK(std::fabs(got[i * 10 + c] - expect) < 1e-6);
+          }
+      }
 }
 
 TEST_CASE("row programs: softmax and layer norm gradients equal ref's", "[jit][autograd]") {
