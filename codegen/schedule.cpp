@@ -262,6 +262,10 @@ struct RowGrouper {
 
   RowGroup group(Node* F) {
     RowGroup g;
+    // One grouper serves every candidate F: an elementwise F's rows take the
+    // axes of its first stage, not those of the previous candidate's.
+    axes.clear();
+    axes_known = false;
     if (ir::is_reduction(F->op)) {
       if (!reduce_supports(*F)) return g;
       shape = F->args[0]->shape;

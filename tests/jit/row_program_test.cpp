@@ -290,6 +290,31 @@ TEST_CASE("row programs: cross_entropy's gradient is one row program over the lo
       }
 }
 
+TEST_CASE("row programs: a loss gradient also read by a bias's column sum is still one row program",
+          "[jit][autograd]") {
+  // The bias gradient sums the logits' gradient over the batch (axis 0); the
+  // row program sums over the classes (axis 1). Grouping the column sum first
+  // must not leave its axes to the row program's walk.
+  std::mt19937_64 g(11);
+  Tensor h = rnd(g, {32, 20}, DType::f32);
+  Tensor W = rnd(g, {10, 20}, DType::f32, 0.3).requires_grad_(), b = rnd(g, {10}, DType::f32, 0.3).requires_grad_();
+  std::vector<int64_t> lab(32);
+  for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int64_t>((i * 7) % 10);
+  Tensor labels = from_vector<int64_t>(lab, Shape{32});
+  Tensor loss = cross_entropy(add(h.matmul(W.t()), b), labels);
+  std::vector<autodiff::LeafGrad> grads =
+      autodiff::gradients(loss.node(), ir::constant(ir::ScalarValue::of(1.0), DType::f32), true);
+  REQUIRE(grads.size() == 2);
+  sched::Schedule s = sched::schedule({grads[0].grad, grads[1].grad});
+  INFO(s.to_string());
+  REQUIRE(row_step(s));
+  CHECK(row_step(s)->node->op == ir::Op::Mul);
+  CHECK(row_step(s)->stages.size() == 2);
+  int reduces = 0;
+  for (const sched::Step& st : s.steps) reduces += st.kind == sched::StepKind::Reduce;
+  CHECK(reduces == 1);  // the bias's column sum
+}
+
 TEST_CASE("row programs: softmax and layer norm gradients equal ref's", "[jit][autograd]") {
   std::mt19937_64 g(9);
   Tensor x0 = rnd(g, {17, 33}, DType::f64), w = rnd(g, {17, 33}, DType::f64);
