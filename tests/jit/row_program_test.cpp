@@ -32,6 +32,32 @@ Tensor layer_norm_rows(const Tensor& x, int64_t dim) {
   return div(d, Tensor(var + 1e-5).sqrt());
 }
 
+// The schedule of an f32 loss's gradients with respect to its `leaves` leaves.
+sched::Schedule gradient_schedule(const Tensor& loss, size_t leaves) {
+  std::vector<autodiff::LeafGrad> grads =
+      autodiff::gradients(loss.node(), ir::constant(ir::ScalarValue::of(1.0), DType::f32), true);
+  REQUIRE(grads.size() == leaves);
+  std::vector<ir::NodePtr> roots;
+  for (const autodiff::LeafGrad& g : grads) roots.push_back(g.grad);
+  return sched::schedule(roots);
+}
+
+// PyTorch's gradient of cross_entropy over [rows, classes] logits:
+// keep * (softmax - (1 - eps) * onehot - eps / C) * scale, label -100 ignored.
+void check_cross_entropy_gradient(const std::vector<double>& got, const Tensor& logits,
+                                  const std::vector<int64_t>& labels, double smoothing, double scale) {
+  const size_t rows = static_cast<size_t>(logits.shape()[0]), classes = static_cast<size_t>(logits.shape()[1]);
+  auto p = vals(softmax(logits, 1));
+  for (size_t i = 0; i < rows; ++i)
+    for (size_t c = 0; c < classes; ++c) {
+      const double target =
+          (static_cast<int64_t>(c) == labels[i] ? 1 - smoothing : 0) + smoothing / static_cast<double>(classes);
+      const double expect = labels[i] == -100 ? 0 : (p[i * classes + c] - target) * scale;
+      INFO("row " << i << " class " << c);
+      CHECK(std::fabs(got[i * classes + c] - expect) < 1e-6);
+    }
+}
+
 const sched::Step* row_step(const sched::Schedule& s) {
   for (const sched::Step& st : s.steps)
     if (st.kind == sched::StepKind::RowProgram) return &st;
@@ -242,13 +268,7 @@ TEST_CASE("row programs: cross_entropy's forward is three launches and its gradi
   auto got = grad(*cpu_jit_backend());
   auto want = grad(ref_backend());
   require_close(got, want, 1e-6, 1e-7);
-  auto p = vals(softmax(logits, 1));
-  for (size_t i = 0; i < 31; ++i)
-    for (size_t c = 0; c < 10; ++c) {
-      double expect = (p[i * 10 + c] - (static_cast<int64_t>(c) == lab[i] ? 1.0 : 0.0)) / 31.0;
-      INFO("row " << i << " class " << c);
-      CHECK(std::fabs(got[i * 10 + c] - expect) < 1e-6);
-    }
+  check_cross_entropy_gradient(got, logits, lab, 0.0, 1.0 / 31);
 }
 
 TEST_CASE("row programs: cross_entropy's gradient is one row program over the logits under every option",
@@ -265,28 +285,17 @@ TEST_CASE("row programs: cross_entropy's gradient is one row program over the lo
         Tensor labels = from_vector<int64_t>(lab, Shape{31});
         Tensor w = logits.detach().requires_grad_();
         Tensor loss = cross_entropy(w, labels, {.label_smoothing = smoothing, .reduction = reduction});
-        std::vector<autodiff::LeafGrad> grads =
-            autodiff::gradients(loss.node(), ir::constant(ir::ScalarValue::of(1.0), DType::f32), true);
-        REQUIRE(grads.size() == 1);
         // max, sum of exp, then keep * (softmax - target) times the incoming gradient.
-        sched::Schedule s = sched::schedule({grads[0].grad});
+        sched::Schedule s = gradient_schedule(loss, 1);
         INFO(s.to_string());
         CHECK(s.kernels() == 1);
         REQUIRE(row_step(s));
         CHECK(row_step(s)->stages.size() == 2);
 
-        // PyTorch's gradient: keep * (softmax - (1 - eps) * onehot - eps / C), over the rows that count.
         loss.backward();
-        auto got = vals(w.grad());
-        auto p = vals(softmax(logits, 1));
-        const double counted = ignoring ? 25 : 31, scale = std::string(reduction) == "mean" ? 1 / counted : 1;
-        for (size_t i = 0; i < 31; ++i)
-          for (size_t c = 0; c < 10; ++c) {
-            const double target = (static_cast<int64_t>(c) == lab[i] ? 1 - smoothing : 0) + smoothing / 10;
-            const double expect = lab[i] == -100 ? 0 : (p[i * 10 + c] - target) * scale;
-            INFO("row " << i << " class " << c);
-            CHECK(std::fabs(got[i * 10 + c] - expect) < 1e-6);
-          }
+        const double counted = ignoring ? 25 : 31;
+        check_cross_entropy_gradient(vals(w.grad()), logits, lab, smoothing,
+                                     std::string(reduction) == "mean" ? 1 / counted : 1);
       }
 }
 
@@ -302,10 +311,7 @@ TEST_CASE("row programs: a loss gradient also read by a bias's column sum is sti
   for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int64_t>((i * 7) % 10);
   Tensor labels = from_vector<int64_t>(lab, Shape{32});
   Tensor loss = cross_entropy(add(h.matmul(W.t()), b), labels);
-  std::vector<autodiff::LeafGrad> grads =
-      autodiff::gradients(loss.node(), ir::constant(ir::ScalarValue::of(1.0), DType::f32), true);
-  REQUIRE(grads.size() == 2);
-  sched::Schedule s = sched::schedule({grads[0].grad, grads[1].grad});
+  sched::Schedule s = gradient_schedule(loss, 2);
   INFO(s.to_string());
   REQUIRE(row_step(s));
   CHECK(row_step(s)->node->op == ir::Op::Mul);
