@@ -193,7 +193,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntr
     return binary_op(ir::Op::Div, per_row.sum(), Scalar(static_cast<double>(counted)));
   };
   const bool plain = all_count && eps == 0;
-  Tensor value = reduce(loss, plain && opt.reduction == "mean" ? picked.mean().neg() : Tensor());
+  // The mean of the negated rows (not the negated mean, the same bits): the
+  // negation runs in the mean's kernel instead of one of its own.
+  Tensor value = reduce(loss, plain && opt.reduction == "mean" ? picked.neg().mean() : Tensor());
   if (!via_softmax) return value;
   // keep * (softmax - (1 - eps) * one_hot - eps / C), keep read once. It
   // shares no node with the value's graph: a node both read would be stored
