@@ -45,17 +45,19 @@ NodePtr unreduce(const NodePtr& v, const ir::Node& red) {
   if (r.keepdim) return ir::expand(v, xs);
   std::vector<bool> reduced(xs.dims.size(), false);
   for (int64_t a : r.axes) reduced[static_cast<size_t>(a)] = true;
+  // front: the reduced dims (r.axes is sorted) ahead of v's, the kept ones.
+  // Output axis j is front's axis order[j].
   std::vector<int64_t> front, order(xs.dims.size());
-  int64_t n_reduced = 0, n_kept = 0;
-  for (size_t j = 0; j < xs.dims.size(); ++j) n_reduced += reduced[j];
   for (int64_t a : r.axes) front.push_back(xs.dims[static_cast<size_t>(a)]);
+  int64_t next_reduced = 0, next_kept = static_cast<int64_t>(r.axes.size());
   for (size_t j = 0; j < xs.dims.size(); ++j) {
-    if (reduced[j]) continue;
-    front.push_back(xs.dims[j]);
+    if (reduced[j]) {
+      order[j] = next_reduced++;
+    } else {
+      front.push_back(xs.dims[j]);
+      order[j] = next_kept++;
+    }
   }
-  // Output axis j is front's axis order[j]: reduced axes in r.axes' (sorted) order, then the kept ones.
-  int64_t next_reduced = 0;
-  for (size_t j = 0; j < xs.dims.size(); ++j) order[j] = reduced[j] ? next_reduced++ : n_reduced + n_kept++;
   return ir::permute(ir::expand(v, Shape(std::move(front))), std::move(order));
 }
 

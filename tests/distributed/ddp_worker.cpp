@@ -33,17 +33,13 @@ void check(bool ok, const std::string& what) {
 
 using tessel::testing::DLinear;
 
+// Act: ReLU, or Tanh for comparisons in f32, where ReLU's kink turns a
+// last-bit difference of one pre-activation (BLAS blocks a 256-row product
+// unlike a 128-row one) into a step of its gradient.
+template <class Act = nn::ReLU>
 nn::Sequential mlp(DType dt, uint64_t seed, int64_t hidden = 256) {
   manual_seed(seed);
-  return nn::Sequential(DLinear(784, hidden, dt), nn::ReLU(), DLinear(hidden, 10, dt));
-}
-
-// The same shapes with a smooth activation, for comparisons in f32: ReLU's
-// kink turns a last-bit difference of one pre-activation (BLAS blocks a
-// 256-row product unlike a 128-row one) into a step of its gradient.
-nn::Sequential smooth_mlp(DType dt, uint64_t seed, int64_t hidden = 256) {
-  manual_seed(seed);
-  return nn::Sequential(DLinear(784, hidden, dt), nn::Tanh(), DLinear(hidden, 10, dt));
+  return nn::Sequential(DLinear(784, hidden, dt), Act(), DLinear(hidden, 10, dt));
 }
 
 // The deterministic global batch: 256 samples of 784 features, 10 classes.
@@ -82,7 +78,7 @@ void equals_single(int rank, int world, DType dt) {
   auto [X, y] = global_batch(dt);
   const int64_t n = X.size(0), shard = n / world;
   const int steps = 20;
-  auto ref = smooth_mlp(dt, 7);
+  auto ref = mlp<nn::Tanh>(dt, 7);
   optim::SGD ref_opt(ref->parameters(), {.lr = 0.1, .momentum = 0.9});
   std::vector<double> ref_losses;
   for (int s = 0; s < steps; ++s) {
@@ -92,7 +88,7 @@ void equals_single(int rank, int world, DType dt) {
     ref_opt.step();
     ref_losses.push_back(loss.item<double>());
   }
-  auto model = smooth_mlp(dt, rank == 0 ? 7 : 100 + static_cast<uint64_t>(rank));
+  auto model = mlp<nn::Tanh>(dt, rank == 0 ? 7 : 100 + static_cast<uint64_t>(rank));
   nn::DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.01});  // two buckets
   optim::SGD opt(ddp->parameters(), {.lr = 0.1, .momentum = 0.9});
   Tensor Xs = X.narrow(0, rank * shard, shard).contiguous(), ys = y.narrow(0, rank * shard, shard).contiguous();
