@@ -312,7 +312,7 @@ std::vector<NodePtr> derivative(const NodePtr& self, const NodePtr& g) {
     case Op::ScatterAdd: return {ir::gather(g, a[1], n.axis()), nullptr};
     case Op::IsNan: case Op::IsInf: case Op::Iota:
     case Op::Input: case Op::Constant: case Op::Not: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
-    case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
+    case Op::Gt: case Op::Ge: case Op::And: case Op::Or:
       break;  // leaves, bool and index results: no gradient
   }
   return std::vector<NodePtr>(a.size(), nullptr);
@@ -461,7 +461,7 @@ ValuesRead values_read(const ir::Node& n) {
     case Op::Gather: case Op::ScatterAdd: return {false, grad(0) ? arg(1) : 0u};
     case Op::AttentionGrad:  // no derivative (an error when asked for)
     case Op::IsNan: case Op::IsInf: case Op::Iota: case Op::Input: case Op::Constant: case Op::Not: case Op::Eq:
-    case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::ArgMax:
+    case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::And: case Op::Or:
       return {};
   }
   return {true, all};

@@ -182,13 +182,6 @@ NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
   TESSEL_ASSERT("builders", op_category(op) == Category::Reduce);
   std::string_view name = op_name(op);
   int64_t rank = x->shape.rank();
-  if (op == Op::ArgMax && axes.empty() && rank != 1) {
-    // torch.argmax without dim: the index into the flattened tensor.
-    NodePtr flat = reshape(std::move(x), {-1});
-    NodePtr r = reduce(op, std::move(flat), {0}, false);
-    if (keepdim) return reshape(std::move(r), std::vector<int64_t>(static_cast<size_t>(rank), 1));
-    return r;
-  }
   if (axes.empty()) {
     axes.resize(static_cast<size_t>(rank));
     std::iota(axes.begin(), axes.end(), 0);
@@ -199,11 +192,9 @@ NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
   if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
     throw IndexError(fmt::format("{}: dim {} appears more than once in dims [{}]", name,
                                  *std::adjacent_find(axes.begin(), axes.end()), fmt::join(axes, ", ")));
-  if (op == Op::ArgMax && axes.size() > 1)
-    throw ValueError(fmt::format("argmax: reduces over one dim, got dims [{}]", fmt::join(axes, ", ")));
   int64_t count = 1;
   for (int64_t d : axes) count *= x->shape[d];
-  if ((op == Op::Max || op == Op::Min || op == Op::ArgMax) && count == 0)
+  if ((op == Op::Max || op == Op::Min) && count == 0)
     throw ValueError(fmt::format("{}: cannot reduce over an empty dimension (shape {}); there is no identity for {}",
                                  name, x->shape.str(), name));
   if (has_trait(op, kFloatOnly) && !is_floating(x->dtype))
@@ -214,8 +205,7 @@ NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
   // torch.sum and torch.prod of bool/int inputs are int64.
   const bool widens = op == Op::Sum || op == Op::Prod;
   if (widens && !is_floating(x->dtype)) result = DType::i64;
-  if (op == Op::ArgMax) result = DType::i64;
-  if (is_half(x->dtype) && op != Op::ArgMax) {
+  if (is_half(x->dtype)) {
     DType h = x->dtype;
     return cast(reduce(op, cast(std::move(x), DType::f32), std::move(axes), keepdim), h);
   }
@@ -229,6 +219,32 @@ NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim) {
   NodePtr n = make(op, result, Shape(std::move(out)), {std::move(x)});
   n->attrs = ReduceAttrs{std::move(axes), keepdim};
   return n;
+}
+
+NodePtr argmax(NodePtr x, std::optional<int64_t> dim, bool keepdim) {
+  const int64_t rank = x->shape.rank();
+  if (!dim || rank == 0) {
+    // torch.argmax without dim: the index into the flattened tensor (a
+    // scalar's dim 0 or -1 is that too).
+    if (dim) (void)normalize_axis("argmax", *dim, rank, x->shape);
+    NodePtr r = argmax(reshape(std::move(x), {-1}), 0, false);
+    if (keepdim) return reshape(std::move(r), std::vector<int64_t>(static_cast<size_t>(rank), 1));
+    return r;
+  }
+  const int64_t axis = normalize_axis("argmax", *dim, rank, x->shape);
+  const Shape shape = x->shape;
+  const int64_t n = shape[axis];
+  if (n == 0)
+    throw ValueError(fmt::format("argmax: cannot reduce over an empty dimension (shape {}); there is no identity for "
+                                 "argmax", shape.str()));
+  // The smallest index where the row's maximum is: a row program of two
+  // passes (the max, then the min over the hits) on every backend. Max
+  // propagates NaN, so a row with one has hits only at its NaNs: the first
+  // NaN wins, as in torch.argmax.
+  NodePtr hit = binary(Op::Eq, x, reduce(Op::Max, x, {axis}, true));
+  if (is_floating(x->dtype)) hit = binary(Op::Or, std::move(hit), unary(Op::IsNan, x));
+  NodePtr index = where(std::move(hit), iota(shape, axis), constant(ScalarValue::of_int(n), DType::i64));
+  return reduce(Op::Min, std::move(index), {axis}, keepdim);
 }
 
 NodePtr reshape(NodePtr x, std::vector<int64_t> s) {

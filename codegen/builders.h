@@ -4,6 +4,7 @@
 // shape and dtype, and records whether gradients flow.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,11 @@ NodePtr binary(Op op, NodePtr a, NodePtr b);
 NodePtr where(NodePtr cond, NodePtr a, NodePtr b);
 /// `axes` empty reduces over every axis. Negative axes count from the end.
 NodePtr reduce(Op op, NodePtr x, std::vector<int64_t> axes, bool keepdim);
+/// torch.argmax: the index (i64) of the first maximum along `dim`, or into
+/// the flattened tensor without one; a NaN counts as the maximum. Built of
+/// max, compare, iota, where and min (one row program where a backend fuses).
+///   NodePtr label = argmax(logits, 1, false);  // [N, C] -> [N]
+NodePtr argmax(NodePtr x, std::optional<int64_t> dim, bool keepdim);
 /// One -1 in `s` is inferred from the element count.
 NodePtr reshape(NodePtr x, std::vector<int64_t> s);
 NodePtr permute(NodePtr x, std::vector<int64_t> order);

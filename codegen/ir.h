@@ -104,7 +104,6 @@ enum Trait : uint32_t {
   X(Max, Reduce, Reduce, kNoTraits, "maximum")                                                                         \
   X(Min, Reduce, Reduce, kNoTraits, "minimum")                                                                         \
   X(Prod, Reduce, Reduce, kNoTraits, "product; bool/int inputs give i64, an empty one is 1")                           \
-  X(ArgMax, Reduce, Reduce, kNoGrad, "index of the first maximum along one axis -> i64")                               \
   /* movement: a new view of the same elements */                                                                      \
   X(Reshape, Movement, None, kNoTraits, "same elements, row-major, new shape")                                         \
   X(Permute, Movement, Order, kNoTraits, "reorder dims: output dim i = input dim order[i]")                            \

@@ -376,7 +376,6 @@ kir::ReduceKind reduce_kind(Op op) {
     case Op::Max: return kir::ReduceKind::Max;
     case Op::Min: return kir::ReduceKind::Min;
     case Op::Prod: return kir::ReduceKind::Prod;
-    case Op::ArgMax: break;  // runs on ref (sched::reduce_supports)
     TESSEL_IR_CASES_NOT_REDUCE break;
   }
   throw InternalError(fmt::format("lower_to_kernel_ir: {} has no kernel reduction", ir::op_name(op)));

@@ -106,7 +106,7 @@ bool kernel_supports(const Node& n) {
 }
 
 bool reduce_supports(const Node& n) {
-  if (n.op == Op::ArgMax || !ir::is_reduction(n.op)) return false;
+  if (!ir::is_reduction(n.op)) return false;
   DType t = n.args[0]->dtype;
   if (!(arith(t) || t == DType::b8)) return false;
   if (ir::has_trait(n.op, ir::kFloatOnly) && !is_floating(t)) return false;

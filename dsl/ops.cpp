@@ -122,8 +122,8 @@ Tensor Tensor::max() const { return reduce(ir::Op::Max, *this, {}, false); }
 Tensor Tensor::max(int64_t d, bool k) const { return reduce(ir::Op::Max, *this, {d}, k); }
 Tensor Tensor::min() const { return reduce(ir::Op::Min, *this, {}, false); }
 Tensor Tensor::min(int64_t d, bool k) const { return reduce(ir::Op::Min, *this, {d}, k); }
-Tensor Tensor::argmax() const { return reduce(ir::Op::ArgMax, *this, {}, false); }
-Tensor Tensor::argmax(int64_t d, bool k) const { return reduce(ir::Op::ArgMax, *this, {d}, k); }
+Tensor Tensor::argmax() const { return from_node(ir::argmax(node(), std::nullopt, false), device()); }
+Tensor Tensor::argmax(int64_t d, bool k) const { return from_node(ir::argmax(node(), d, k), device()); }
 Tensor Tensor::prod() const { return reduce(ir::Op::Prod, *this, {}, false); }
 Tensor Tensor::prod(int64_t d, bool k) const { return reduce(ir::Op::Prod, *this, {d}, k); }
 

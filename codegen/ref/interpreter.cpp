@@ -386,7 +386,7 @@ class Interpreter {
           // Floating sums add into ir::kSumLanes partial sums (ir.h), integer ones in one.
           Acc partial[ir::kSumLanes] = {};
           constexpr int64_t lanes = std::is_floating_point_v<Acc> ? ir::kSumLanes : 1;
-          int64_t best = 0, pos = 0;
+          int64_t pos = 0;
           // Sums (most reductions) in a loop of their own: no switch per element.
           if (n.op == Op::Sum || n.op == Op::Mean) {
             inner.run([&](auto ioff, auto ist, int64_t ilen) {
@@ -397,7 +397,7 @@ class Interpreter {
             inner.run([&](auto ioff, auto ist, int64_t ilen) {
               for (int64_t j = 0; j < ilen; ++j, ++pos) {
                 Acc v = static_cast<Acc>(base[ioff[0] + j * ist[0]]);
-                // NaN propagates through max/min/argmax; integers are never NaN.
+                // NaN propagates through max/min; integers are never NaN.
                 auto nan = [](Acc a) {
                   if constexpr (std::is_floating_point_v<Acc>) return std::isnan(a);
                   else return false;
@@ -413,9 +413,6 @@ class Interpreter {
                     break;
                   case Op::Max: if (v > acc || nan(v)) acc = nan(acc) ? acc : v; break;
                   case Op::Min: if (v < acc || nan(v)) acc = nan(acc) ? acc : v; break;
-                  case Op::ArgMax:
-                    if (!nan(acc) && (v > acc || nan(v))) { acc = v; best = pos; }
-                    break;
                   TESSEL_IR_CASES_NOT_REDUCE break;
                 }
               }
@@ -424,8 +421,7 @@ class Interpreter {
           if (n.op == Op::Sum || n.op == Op::Mean)
             for (int64_t l = 0; l < lanes; ++l) acc += partial[l];
           if (n.op == Op::Mean) acc = count ? acc / static_cast<Acc>(count) : std::numeric_limits<Acc>::quiet_NaN();
-          if (n.op == Op::ArgMax) out.ptr<int64_t>()[o] = best;
-          else store_double(n.dtype, out.bytes(n.dtype) + o * static_cast<int64_t>(dtype_size(n.dtype)),
+          store_double(n.dtype, out.bytes(n.dtype) + o * static_cast<int64_t>(dtype_size(n.dtype)),
                             static_cast<double>(acc), static_cast<int64_t>(acc), std::is_integral_v<Acc>);
         }
       });

@@ -249,6 +249,85 @@ TEST_CASE("row programs: odd shapes, long rows, strided and transposed inputs", 
   }
 }
 
+// torch.argmax's answer by a loop: the first NaN of a line, else its first maximum.
+std::vector<double> first_max_index(const std::vector<double>& v, int64_t rows, int64_t cols, int64_t dim) {
+  const int64_t lines = dim == 1 ? rows : cols, len = dim == 1 ? cols : rows;
+  std::vector<double> out;
+  for (int64_t l = 0; l < lines; ++l) {
+    int64_t best = 0;
+    for (int64_t j = 0; j < len; ++j) {
+      const double x = v[static_cast<size_t>(dim == 1 ? l * cols + j : j * cols + l)];
+      const double b = v[static_cast<size_t>(dim == 1 ? l * cols + best : best * cols + l)];
+      if (std::isnan(b)) break;
+      if (std::isnan(x) || x > b) best = j;
+    }
+    out.push_back(static_cast<double>(best));
+  }
+  return out;
+}
+
+TEST_CASE("row programs: argmax is one launch with no fallback and picks the first maximum or the first NaN",
+          "[jit]") {
+  std::mt19937_64 g(5);
+  std::uniform_int_distribution<int> small(-3, 3);  // few values: rows hold ties
+  for (DType t : {DType::f32, DType::f64, DType::i64}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {31, 10}, {256, 10}, {33, 257}}) {
+      INFO(dtype_name(t) << " [" << rows << ", " << cols << "]");
+      std::vector<double> v(static_cast<size_t>(rows * cols));
+      for (auto& e : v) e = small(g);
+      if (is_floating(t) && cols > 4)
+        for (int64_t r = 2; r < rows; r += 3) v[static_cast<size_t>(r * cols + 4)] = std::nan("");
+      Tensor x = make(v, {rows, cols}, t);
+      const uint64_t fallbacks = cpu_jit_stats().fallbacks;
+      for (int64_t dim : {1, 0}) {
+        INFO("dim " << dim);
+        CHECK(compare([&] { return x.argmax(dim); }, true) == 1);
+        BackendOverride o(*cpu_jit_backend());
+        Tensor got = x.argmax(dim);
+        CHECK(got.dtype() == DType::i64);
+        CHECK(vals(got) == first_max_index(vals(x), rows, cols, dim));
+      }
+      CHECK(cpu_jit_stats().fallbacks == fallbacks);
+    }
+  }
+  BackendOverride o(*cpu_jit_backend());
+  // Both passes compute a transcendental again from the input: each must get
+  // the same bits, or no element equals the maximum.
+  for (int64_t cols : {7, 64, 257, 1000}) {
+    INFO("exp and sigmoid over rows of " << cols);
+    Tensor z = rnd(g, {64, cols}, DType::f32);
+    std::vector<double> ev, sv;  // materialized by the interpreter, which calls the same libm
+    {
+      BackendOverride r(ref_backend());
+      ev = vals(Tensor(z * 0.37).exp());
+      sv = vals(z.sigmoid());
+    }
+    CHECK(vals(Tensor(z * 0.37).exp().argmax(1)) == first_max_index(ev, 64, cols, 1));
+    CHECK(vals(z.sigmoid().argmax(1)) == first_max_index(sv, 64, cols, 1));
+  }
+  Tensor x = make({1, 7, 7, 2, 7, 0}, {2, 3}, DType::f32);
+  CHECK(x.argmax().item<int64_t>() == 1);  // the flattened tensor's first maximum
+  CHECK(vals(x.argmax(1, true)) == std::vector<double>{1, 1});
+  CHECK(x.argmax(1, true).shape() == Shape{2, 1});
+}
+
+TEST_CASE("row programs: a batch's accuracy is two kernels and no fallback", "[jit]") {
+  std::mt19937_64 g(9);
+  Tensor logits = rnd(g, {256, 10}, DType::f32);
+  std::vector<int64_t> lab(256);
+  for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int64_t>((i * 3) % 10);
+  Tensor labels = from_vector<int64_t>(lab, Shape{256});
+  const uint64_t fallbacks = cpu_jit_stats().fallbacks;
+  // The argmax row program, then the count of hits (the compare and cast are its prologue).
+  CHECK(compare([&] { return binary_op(ir::Op::Eq, logits.argmax(1), labels).to(DType::f32).sum(); }, true) == 2);
+  CHECK(cpu_jit_stats().fallbacks == fallbacks);
+  auto predicted = first_max_index(vals(logits), 256, 10, 1);
+  double hits = 0;
+  for (size_t i = 0; i < lab.size(); ++i) hits += predicted[i] == static_cast<double>(lab[i]);
+  BackendOverride o(*cpu_jit_backend());
+  CHECK(binary_op(ir::Op::Eq, logits.argmax(1), labels).to(DType::f32).sum().item<double>() == hits);
+}
+
 TEST_CASE("row programs: cross_entropy's forward is two launches and its gradient holds", "[jit][autograd]") {
   std::mt19937_64 g(3);
   Tensor logits = rnd(g, {31, 10}, DType::f32);
