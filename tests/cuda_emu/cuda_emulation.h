@@ -224,11 +224,70 @@ struct KernelBody {
   void* ctx = nullptr;
 };
 
+// Fiber stacks. A block of n threads needs n stacks, each with a guard page
+// below it: one mapping of kMaxFibers slots. Mapping one, protecting its
+// guard pages and first touching its stacks cost more than running a small
+// kernel (an mprotect per slot, ~15 us per fresh page), and the emulated
+// driver runs every launch on new threads. So a worker thread takes a mapping
+// from a pool when it first runs blocks and gives it back when it exits, and
+// the next launch's threads find its pages already touched. Each library
+// holding this header has a pool of its own; the emulated driver hands every
+// kernel library it loads one process-wide pool (tessel_emu_share_stack_pool
+// below), so stacks do not pile up per library.
+inline constexpr unsigned kMaxFibers = 1024;
+
+inline std::size_t page_bytes() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
+
+inline std::atomic<unsigned long long> g_stack_mappings{0};  // map_stacks calls that mapped (for tests)
+
+// kMaxFibers slots of a guard page then `stack` bytes; null if it cannot be mapped.
+inline char* map_stacks(std::size_t stack) {
+  const std::size_t page = page_bytes(), slot = stack + page;
+  void* m = mmap(nullptr, slot * kMaxFibers, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  char* base = static_cast<char*>(m);
+  for (unsigned i = 0; i < kMaxFibers; ++i) mprotect(base + i * slot, page, PROT_NONE);
+  ++g_stack_mappings;
+  return base;
+}
+
+struct StackPool {
+  std::mutex mu;
+  std::vector<std::pair<char*, std::size_t>> idle;  // mapping, stack bytes of its slots
+};
+inline StackPool& local_stack_pool() {
+  static StackPool pool;  // mappings live as long as the process
+  return pool;
+}
+inline char* take_local_stacks(std::size_t stack) {
+  StackPool& p = local_stack_pool();
+  {
+    std::lock_guard lock(p.mu);
+    for (auto it = p.idle.begin(); it != p.idle.end(); ++it)
+      if (it->second == stack) {
+        char* m = it->first;
+        p.idle.erase(it);
+        return m;
+      }
+  }
+  return map_stacks(stack);
+}
+inline void give_local_stacks(char* mapping, std::size_t stack) {
+  StackPool& p = local_stack_pool();
+  std::lock_guard lock(p.mu);
+  p.idle.emplace_back(mapping, stack);
+}
+
+using TakeStacks = char* (*)(std::size_t stack);
+using GiveStacks = void (*)(char* mapping, std::size_t stack);
+inline TakeStacks g_take_stacks = &take_local_stacks;
+inline GiveStacks g_give_stacks = &give_local_stacks;
+
 struct Runner {
-  // stacks: one mapping, a guard page below each fiber's stack
+  // stacks: one pooled mapping of kMaxFibers slots, a guard page below each fiber's stack
   char* mapping = nullptr;
-  std::size_t mapping_bytes = 0, stack_bytes = 0, slot_bytes = 0;
-  unsigned stack_count = 0;
+  std::size_t stack_bytes = 0, slot_bytes = 0;
 
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
@@ -250,28 +309,25 @@ struct Runner {
   Runner() = default;
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
-  ~Runner() {
-    if (mapping) munmap(mapping, mapping_bytes);
-  }
+  ~Runner() { give_back(); }
 
+  void give_back() {
+    if (mapping) g_give_stacks(mapping, stack_bytes);
+    mapping = nullptr;
+  }
   void reserve_stacks(unsigned n, std::size_t stack) {
-    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t page = page_bytes();
     stack = (stack + page - 1) / page * page;
-    if (n <= stack_count && stack == stack_bytes) return;
-    if (mapping) munmap(mapping, mapping_bytes);
-    slot_bytes = stack + page;
-    mapping_bytes = slot_bytes * n;
-    void* m = mmap(nullptr, mapping_bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (m == MAP_FAILED) {
-      mapping = nullptr;
-      stack_count = 0;
-      throw EmulationError("emu: cannot map fiber stacks");
-    }
-    mapping = static_cast<char*>(m);
-    for (unsigned i = 0; i < n; ++i) mprotect(mapping + i * slot_bytes, page, PROT_NONE);
-    stack_count = n;
+    if (n > kMaxFibers) throw EmulationError("emu: more than 1024 threads in a block");
+    if (mapping && stack == stack_bytes) return;
+    give_back();
+    mapping = g_take_stacks(stack);
+    if (!mapping) throw EmulationError("emu: cannot map fiber stacks");
     stack_bytes = stack;
+    slot_bytes = stack + page;
+#if defined(__SANITIZE_ADDRESS__)
+    stacks_dirty = true;  // another runner's fibers may have left poisoned frames there
+#endif
   }
   char* stack_of(unsigned i) const { return mapping + i * slot_bytes + (slot_bytes - stack_bytes); }
 };
@@ -832,3 +888,13 @@ inline int __float2int_rz(float x) { return static_cast<int>(x); }
 inline long long __float2ll_rn(float x) { return llrintf(x); }
 inline float __int2float_rn(int x) { return static_cast<float>(x); }
 inline float __ll2float_rn(long long x) { return static_cast<float>(x); }
+
+/// For the emulated driver, once it loads a kernel library: the library's
+/// kernels take their fiber stacks from the driver's pool (one per process)
+/// instead of the library's own.
+// (`used`: emitted into every library, though nothing in it calls it.)
+extern "C" __attribute__((visibility("default"), used)) inline void tessel_emu_share_stack_pool(
+    emu::detail::TakeStacks take, emu::detail::GiveStacks give) {
+  emu::detail::g_take_stacks = take;
+  emu::detail::g_give_stacks = give;
+}

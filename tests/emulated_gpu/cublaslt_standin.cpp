@@ -129,11 +129,14 @@ void product(const Problem& p, const Desc* d, T alpha, const T* A, const Layout*
              T beta, const T* C, const Layout* lc, T* D, const Layout* ld) {
   const uint64_t m = p.m, n = p.n, k = p.k;
   const int64_t lda = la->ld, ldb = lb->ld, ldc = lc->ld, ldd = ld->ld;
-  // op(A) packed column-major (m x k), so the inner loop runs over contiguous memory.
-  std::vector<T> a(m * k);
+  // op(A) packed column-major (m x k), so the inner loop runs over contiguous
+  // memory. The buffers are kept between calls: a fresh one of a layer's size
+  // is a fresh mapping, first touched at ~15 us a page, on every product.
+  static thread_local std::vector<T> a, acc;
+  a.resize(m * k);
+  acc.resize(m);
   for (uint64_t q = 0; q < k; ++q)
     for (uint64_t i = 0; i < m; ++i) a[i + q * m] = p.ta ? A[q + i * lda] : A[i + q * lda];
-  std::vector<T> acc(m);
   const bool bias = d->epilogue == EPILOGUE_BIAS || d->epilogue == EPILOGUE_RELU_BIAS;
   const bool relu = d->epilogue == EPILOGUE_RELU || d->epilogue == EPILOGUE_RELU_BIAS;
   const T* bias_v = static_cast<const T*>(d->bias);

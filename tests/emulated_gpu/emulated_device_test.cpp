@@ -262,6 +262,33 @@ TEST_CASE("__shared__, __syncthreads, dynamic shared memory and warp shuffles be
   mem_free(dsums);
 }
 
+TEST_CASE("launches of every kernel library reuse the driver's fiber stacks", "[emulated-gpu]") {
+  Module scale = Module::load_ptx(0, ptx(kScale, "scale"));
+  Module shared = Module::load_ptx(0, ptx(kShared, "shared"));
+  const long long n = 4 * 256;
+  CUdeviceptr x = mem_alloc(0, n * 4), y = mem_alloc(0, n * 4);
+  std::vector<float> ones(n, 1.0f);
+  memcpy_htod(x, ones.data(), n * 4);
+  float factor = 1.0f;
+  void* scale_args[] = {&x, &factor, const_cast<long long*>(&n)};
+  void* rev_args[] = {&x, &y};
+  auto both = [&] {
+    launch_kernel(scale.function("scale"), {4}, {256}, 0, nullptr, scale_args);
+    launch_kernel(shared.function("reverse_blocks"), {4}, {256}, 0, nullptr, rev_args);
+  };
+  both();  // each worker thread of a launch takes a mapping and gives it back as it exits
+  const unsigned long long taken = emulated_test::fiber_stacks_taken();
+  const unsigned long long mapped = emulated_test::fiber_stack_mappings();
+  for (int i = 0; i < 25; ++i) both();
+  // Both libraries take their stacks from the driver's pool, one per launch
+  // at least, and the pool maps nothing new: the stacks of the first launches.
+  CHECK(emulated_test::fiber_stacks_taken() >= taken + 50);
+  CHECK(emulated_test::fiber_stack_mappings() == mapped);
+  CHECK(download<float>(y, n) == ones);
+  mem_free(x);
+  mem_free(y);
+}
+
 TEST_CASE("launches the device would reject fail with the driver's error", "[emulated-gpu]") {
   Module m = Module::load_ptx(0, ptx(kShared, "shared"));
   CUdeviceptr a = mem_alloc(0, 4096), b = mem_alloc(0, 4096);

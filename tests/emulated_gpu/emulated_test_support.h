@@ -32,6 +32,18 @@ inline unsigned long long host_compiles() {
   return f ? f() : ~0ull;
 }
 
+// Fiber stacks the driver's pool handed to kernel launches, and mappings it made.
+inline unsigned long long fiber_stacks_taken() {
+  (void)tessel::cuda::device_count();
+  auto f = symbol<unsigned long long (*)()>(TESSEL_EMU_DRIVER_PATH, "tessel_emu_fiber_stacks_taken");
+  return f ? f() : ~0ull;
+}
+inline unsigned long long fiber_stack_mappings() {
+  (void)tessel::cuda::device_count();
+  auto f = symbol<unsigned long long (*)()>(TESSEL_EMU_DRIVER_PATH, "tessel_emu_fiber_stack_mappings");
+  return f ? f() : ~0ull;
+}
+
 inline int device_of(tessel::cuda::CUdeviceptr p) {
   (void)tessel::cuda::device_count();
   auto f = symbol<int (*)(const void*)>(TESSEL_EMU_DRIVER_PATH, "tessel_emu_device_of");

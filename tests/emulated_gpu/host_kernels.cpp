@@ -259,6 +259,7 @@ std::shared_ptr<HostModule> open_module(const fs::path& so, const std::vector<st
     *why = e ? e : "dlopen failed";
     return nullptr;
   }
+  share_fiber_stacks(lib);
   auto m = std::make_shared<HostModule>();
   m->library = lib;
   m->kernels = kernels;

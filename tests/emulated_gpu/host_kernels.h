@@ -52,4 +52,8 @@ LoadResult load_host_module(const void* image);
 /// Compilations this process ran (cache misses).
 unsigned long long host_compiles();
 
+/// Makes a kernel library just opened take its fiber stacks from the driver's
+/// process-wide pool (fiber_stacks.cpp).
+void share_fiber_stacks(void* library);
+
 }  // namespace tessel_emu
