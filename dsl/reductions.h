@@ -1,4 +1,4 @@
-// Reductions composed of the IR's sum, mean, max and min and of argmax: variance and
+// Reductions composed of the IR's sum, mean, max and min (argmax is too): variance and
 // standard deviation, logsumexp, vector norms, and max/min with their
 // indices, with PyTorch's semantics. Being composites, they fuse: x.var({1})
 // and logsumexp(x, {1}) over the rows of a matrix are one row-program kernel

@@ -718,3 +718,7 @@ EMU_API int tessel_emu_stream_device(const void* s) {
 EMU_API unsigned long long tessel_emu_kernels_launched(void) { return g_launches.load(); }
 
 EMU_API unsigned long long tessel_emu_host_compiles(void) { return host_compiles(); }
+
+// Fiber stacks the shared pool handed out, and mappings it had to make (fiber_stacks.cpp).
+EMU_API unsigned long long tessel_emu_fiber_stacks_taken(void) { return fiber_stacks_taken(); }
+EMU_API unsigned long long tessel_emu_fiber_stack_mappings(void) { return fiber_stack_mappings(); }

@@ -20,29 +20,17 @@ F symbol(const char* library, const char* name) {
   return lib ? reinterpret_cast<F>(dlsym(lib, name)) : nullptr;
 }
 
-inline unsigned long long kernels_launched() {
+/// A counter of the emulated driver's test API (~0 when it has none of that name).
+inline unsigned long long driver_counter(const char* name) {
   (void)tessel::cuda::device_count();  // loads the driver
-  auto f = symbol<unsigned long long (*)()>(TESSEL_EMU_DRIVER_PATH, "tessel_emu_kernels_launched");
+  auto f = symbol<unsigned long long (*)()>(TESSEL_EMU_DRIVER_PATH, name);
   return f ? f() : ~0ull;
 }
-
-inline unsigned long long host_compiles() {
-  (void)tessel::cuda::device_count();
-  auto f = symbol<unsigned long long (*)()>(TESSEL_EMU_DRIVER_PATH, "tessel_emu_host_compiles");
-  return f ? f() : ~0ull;
-}
-
+inline unsigned long long kernels_launched() { return driver_counter("tessel_emu_kernels_launched"); }
+inline unsigned long long host_compiles() { return driver_counter("tessel_emu_host_compiles"); }
 // Fiber stacks the driver's pool handed to kernel launches, and mappings it made.
-inline unsigned long long fiber_stacks_taken() {
-  (void)tessel::cuda::device_count();
-  auto f = symbol<unsigned long long (*)()>(TESSEL_EMU_DRIVER_PATH, "tessel_emu_fiber_stacks_taken");
-  return f ? f() : ~0ull;
-}
-inline unsigned long long fiber_stack_mappings() {
-  (void)tessel::cuda::device_count();
-  auto f = symbol<unsigned long long (*)()>(TESSEL_EMU_DRIVER_PATH, "tessel_emu_fiber_stack_mappings");
-  return f ? f() : ~0ull;
-}
+inline unsigned long long fiber_stacks_taken() { return driver_counter("tessel_emu_fiber_stacks_taken"); }
+inline unsigned long long fiber_stack_mappings() { return driver_counter("tessel_emu_fiber_stack_mappings"); }
 
 inline int device_of(tessel::cuda::CUdeviceptr p) {
   (void)tessel::cuda::device_count();

@@ -26,10 +26,7 @@ void share_fiber_stacks(void* library) {
     share(&take, &emu::detail::give_local_stacks);
 }
 
+unsigned long long fiber_stacks_taken() { return g_taken.load(); }
+unsigned long long fiber_stack_mappings() { return emu::detail::g_stack_mappings.load(); }
+
 }  // namespace tessel_emu
-
-#define EMU_API extern "C" __attribute__((visibility("default")))
-
-// For tests: stacks the shared pool handed out, and mappings it had to make.
-EMU_API unsigned long long tessel_emu_fiber_stacks_taken(void) { return tessel_emu::g_taken.load(); }
-EMU_API unsigned long long tessel_emu_fiber_stack_mappings(void) { return emu::detail::g_stack_mappings.load(); }

@@ -55,5 +55,8 @@ unsigned long long host_compiles();
 /// Makes a kernel library just opened take its fiber stacks from the driver's
 /// process-wide pool (fiber_stacks.cpp).
 void share_fiber_stacks(void* library);
+/// Stacks the shared pool handed out, and mappings it had to make.
+unsigned long long fiber_stacks_taken();
+unsigned long long fiber_stack_mappings();
 
 }  // namespace tessel_emu

@@ -58,6 +58,13 @@ void check_cross_entropy_gradient(const std::vector<double>& got, const Tensor& 
     }
 }
 
+// Labels of `rows` rows over 10 classes: (i * step) % 10.
+std::vector<int64_t> cycling_labels(size_t rows, size_t step) {
+  std::vector<int64_t> lab(rows);
+  for (size_t i = 0; i < rows; ++i) lab[i] = static_cast<int64_t>((i * step) % 10);
+  return lab;
+}
+
 const sched::Step* row_step(const sched::Schedule& s) {
   for (const sched::Step& st : s.steps)
     if (st.kind == sched::StepKind::RowProgram) return &st;
@@ -314,8 +321,7 @@ TEST_CASE("row programs: argmax is one launch with no fallback and picks the fir
 TEST_CASE("row programs: a batch's accuracy is two kernels and no fallback", "[jit]") {
   std::mt19937_64 g(9);
   Tensor logits = rnd(g, {256, 10}, DType::f32);
-  std::vector<int64_t> lab(256);
-  for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int64_t>((i * 3) % 10);
+  std::vector<int64_t> lab = cycling_labels(256, 3);
   Tensor labels = from_vector<int64_t>(lab, Shape{256});
   const uint64_t fallbacks = cpu_jit_stats().fallbacks;
   // The argmax row program, then the count of hits (the compare and cast are its prologue).
@@ -331,8 +337,7 @@ TEST_CASE("row programs: a batch's accuracy is two kernels and no fallback", "[j
 TEST_CASE("row programs: cross_entropy's forward is two launches and its gradient holds", "[jit][autograd]") {
   std::mt19937_64 g(3);
   Tensor logits = rnd(g, {31, 10}, DType::f32);
-  std::vector<int64_t> lab(31);
-  for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int64_t>((i * 7) % 10);
+  std::vector<int64_t> lab = cycling_labels(31, 7);
   Tensor labels = from_vector<int64_t>(lab, Shape{31});
   CHECK(compare([&] { return cross_entropy(logits, labels); }, true) == 2);  // rows, then the mean of their negation
 
@@ -386,8 +391,7 @@ TEST_CASE("row programs: a loss gradient also read by a bias's column sum is sti
   std::mt19937_64 g(11);
   Tensor h = rnd(g, {32, 20}, DType::f32);
   Tensor W = rnd(g, {10, 20}, DType::f32, 0.3).requires_grad_(), b = rnd(g, {10}, DType::f32, 0.3).requires_grad_();
-  std::vector<int64_t> lab(32);
-  for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<int64_t>((i * 7) % 10);
+  std::vector<int64_t> lab = cycling_labels(32, 7);
   Tensor labels = from_vector<int64_t>(lab, Shape{32});
   Tensor loss = cross_entropy(add(h.matmul(W.t()), b), labels);
   sched::Schedule s = gradient_schedule(loss, 2);
